@@ -1,0 +1,53 @@
+# cronlease: `make demo` runs the operator against a local control plane; `make test` checks it all.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PYTHONPATH := $(CURDIR)/hack
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+
+.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed ## Python environment with the operator, test tools and kubectl
+
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm (cached)
+	bash hack/controlplane/build.sh
+
+cluster-up: venv controlplane ## start the local control plane (reuses a running one)
+	$(BIN)/python -m devcluster up
+	@echo "try: KUBECONFIG=.cache/cluster/kubeconfig kubectl get nodes"
+
+cluster-down: venv ## stop the local control plane and delete its data
+	$(BIN)/python -m devcluster down
+
+lint: venv ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv ## mypy --strict
+	$(BIN)/mypy
+
+unit: venv ## unit tests (no cluster)
+	$(PYTEST) tests/unit
+
+e2e: venv controlplane ## end-to-end tests against the real control plane (started if needed)
+	$(PYTEST) tests/e2e
+
+test: lint typecheck unit e2e ## everything CI runs
+
+demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
+	bash hack/demo.sh
+
+clean: cluster-down ## stop the cluster and remove build caches
+	rm -rf .cache

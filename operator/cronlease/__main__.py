@@ -1,0 +1,5 @@
+"""python -m cronlease"""
+
+from cronlease.main import main
+
+main()

@@ -1,0 +1,42 @@
+"""kopf handlers: stateless, they only feed the live model (design decision 1).
+
+No on.create/update/resume handlers, no timers, no kopf peering: those keep per-object state in
+annotations that replicas would fight over. Handlers are async so they run on the loop that owns
+the model, never in a thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import kopf
+
+from cronlease import GROUP, PLURAL, VERSION, metrics
+from cronlease.naming import LABEL_SCHEDULEDJOB
+from cronlease.scheduler import Scheduler
+
+
+def register(registry: kopf.OperatorRegistry, scheduler: Scheduler) -> None:
+    model = scheduler.model
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def scheduledjob_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            model.delete_scheduledjob(_object(event))
+        else:
+            model.upsert_scheduledjob(_object(event))
+        metrics.scheduledjobs.set(len(model.scheduledjobs))
+
+    @kopf.on.event(
+        "batch", "v1", "jobs", labels={LABEL_SCHEDULEDJOB: kopf.PRESENT}, registry=registry
+    )
+    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            model.delete_job(_object(event))
+        else:
+            model.upsert_job(_object(event))
+
+
+def _object(event: kopf.RawEvent) -> dict[str, Any]:
+    """kopf types the raw object as a TypedDict; the model works on the plain JSON dict it is."""
+    return cast("dict[str, Any]", event["object"])

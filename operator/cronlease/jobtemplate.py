@@ -1,0 +1,57 @@
+"""The Job a run creates: the user's template plus the labels, annotations and owner reference
+that tie it to its ScheduledJob, its slot and the leader that wrote it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cronlease import GROUP, KIND, VERSION
+from cronlease.naming import (
+    ANNOTATION_FENCING_TOKEN,
+    ANNOTATION_LEADER,
+    ANNOTATION_RUN_NOW,
+    ANNOTATION_SCHEDULED_AT,
+    ANNOTATION_TRIGGER,
+    LABEL_SCHEDULEDJOB,
+    format_time,
+)
+from cronlease.reconcile import PlannedRun, ScheduledJobView
+
+
+def build_job(
+    sj: ScheduledJobView, run: PlannedRun, leader: str, fencing_token: int
+) -> dict[str, Any]:
+    template = copy.deepcopy(sj.spec.get("jobTemplate") or {})
+    metadata = template.get("metadata") or {}
+    labels = {**(metadata.get("labels") or {}), LABEL_SCHEDULEDJOB: sj.name}
+    annotations = {
+        **(metadata.get("annotations") or {}),
+        ANNOTATION_SCHEDULED_AT: format_time(run.slot),
+        ANNOTATION_TRIGGER: run.trigger,
+        ANNOTATION_LEADER: leader,
+        ANNOTATION_FENCING_TOKEN: str(fencing_token),
+    }
+    if run.run_now_token is not None:
+        annotations[ANNOTATION_RUN_NOW] = run.run_now_token
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": run.job_name,
+            "namespace": sj.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": KIND,
+                    "name": sj.name,
+                    "uid": sj.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template.get("spec") or {},
+    }

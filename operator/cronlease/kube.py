@@ -1,0 +1,126 @@
+"""The few API calls the operator makes, on kubernetes_asyncio's configured client.
+
+Responses are read as plain JSON instead of the generated models: at a burst of thousands of Job
+creations the model deserialisation would dominate, and the core works on dicts anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from kubernetes_asyncio import client, config
+
+from cronlease import GROUP, PLURAL, VERSION
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        self.status, self.reason, self.body = status, reason, body
+        super().__init__(f"{status} {reason}: {self.message}")
+
+    @property
+    def message(self) -> str:
+        """The Status object's message, which is what a user should read."""
+        try:
+            return str(json.loads(self.body).get("message", self.body))
+        except ValueError:
+            return self.body
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in (0, 429) or self.status >= 500
+
+
+async def load_config(max_connections: int = 64) -> client.ApiClient:
+    """In a pod, the ServiceAccount; elsewhere the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    configuration = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+        )
+    # Sized for bursts: creations at a shared slot go out concurrently (design decision 2).
+    configuration.connection_pool_maxsize = max_connections
+    return client.ApiClient(configuration)
+
+
+class KubeApi:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._api = api_client
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        response = await self._api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=30,
+        )
+        text = await response.text()
+        if not 200 <= response.status <= 299:
+            raise ApiError(response.status, response.reason or "", text)
+        result: dict[str, Any] = json.loads(text) if text else {}
+        return result
+
+    # Jobs
+
+    async def create_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        namespace = job["metadata"]["namespace"]
+        return await self.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Delete by name only if it is still the Job we decided about (uid precondition)."""
+        options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+        await self.request("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}", options)
+
+    async def list_jobs(self, label_selector: str, namespace: str = "") -> dict[str, Any]:
+        """From the API server's watch cache (resourceVersion=0): cheap, and fresh enough to seed
+        a model that the watch then keeps current. An empty namespace lists all."""
+        query = [("labelSelector", label_selector), ("resourceVersion", "0")]
+        return await self.request("GET", _path("batch/v1", "jobs", namespace), query=query)
+
+    # ScheduledJobs
+
+    async def list_scheduledjobs(self, namespace: str = "") -> dict[str, Any]:
+        query = [("resourceVersion", "0")]
+        return await self.request(
+            "GET", _path(f"{GROUP}/{VERSION}", PLURAL, namespace), query=query
+        )
+
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        return await self.request(
+            "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
+        )
+
+    # Events
+
+    async def create_event(self, event: dict[str, Any]) -> None:
+        namespace = event["metadata"]["namespace"]
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+
+
+def _path(group_version: str, plural: str, namespace: str) -> str:
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"/apis/{group_version}{scope}/{plural}"

@@ -1,0 +1,33 @@
+"""Prometheus metrics, served on their own port (design decision 8)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PREFIX = "cronlease"
+
+schedule_lag = Histogram(
+    f"{PREFIX}_schedule_lag_seconds",
+    "Job creation time minus the slot it runs (what CronJob calls creation skew).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+jobs_created = Counter(f"{PREFIX}_jobs_created_total", "Jobs created, by trigger.", ["trigger"])
+slots_skipped = Counter(
+    f"{PREFIX}_slots_skipped_total", "Slots recorded as skipped, by reason.", ["reason"]
+)
+job_results = Counter(
+    f"{PREFIX}_job_results_total", "Finished runs, by result (Succeeded, Failed).", ["result"]
+)
+reconcile_errors = Counter(
+    f"{PREFIX}_reconcile_errors_total", "Failed API calls while applying decisions.", ["operation"]
+)
+scheduledjobs = Gauge(f"{PREFIX}_scheduledjobs", "ScheduledJobs in the live model.")
+leader = Gauge(f"{PREFIX}_leader", "1 while this replica holds the Lease, else 0.")
+fencing_token = Gauge(f"{PREFIX}_fencing_token", "The Lease's leaseTransitions this replica holds.")
+leader_transitions = Counter(
+    f"{PREFIX}_leader_transitions_total", "Changes of this replica's leadership."
+)
+rejected_writes = Counter(
+    f"{PREFIX}_fenced_writes_rejected_total",
+    "Writes refused as stale (by us or by the API server).",
+)

@@ -1,0 +1,496 @@
+"""decide(): given a ScheduledJob, the Jobs it owns and the time, what to do now.
+
+A pure function: it reads nothing but its arguments and returns a Decision that the shell applies
+(create, delete, write status, post events). Everything the operator promises about slots lives
+here, so it is tested table by table without a cluster.
+
+The exactly-once cursor is `status.processedUntil`: every slot at or before it was either run or
+recorded as skipped. Slots after it and not after `now` are due. A run's Job name is a function of
+its slot, so if the shell crashes between creating a Job and writing the cursor, the next decision
+plans the same name again and the API server's AlreadyExists stops a second Job.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cronlease.conditions import set_condition
+from cronlease.jobs import JobInfo, JobState
+from cronlease.naming import (
+    ANNOTATION_RUN_NOW,
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+    format_time,
+    manual_job_name,
+    parse_time,
+    scheduled_job_name,
+)
+from cronlease.spec import ConcurrencyPolicy, Spec, SpecError, parse_spec
+
+# How late the scheduler may handle a slot and still call it on time. It covers the loop's wake-up
+# and a burst of creations, so that startingDeadlineSeconds: 0 means "only if on time" and on-time
+# slots really run (CronJob always wakes ~100 ms late, so its deadline 0 never runs anything).
+ON_TIME_TOLERANCE = timedelta(seconds=1)
+RECENT_RUNS = 10
+# Due slots enumerated one by one; older ones (after a long outage) are only counted.
+MAX_ENUMERATED_SLOTS = 1000
+# status.observedSchedule of an invalid spec.
+INVALID = "<invalid>"
+# Sorts a Job without any timestamp as the oldest.
+_THE_BEGINNING = datetime.min.replace(tzinfo=UTC)
+
+
+class SkipReason(enum.StrEnum):
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    CONCURRENCY_FORBID = "ConcurrencyForbid"
+    SUSPENDED = "Suspended"
+    # An older missed slot: like CronJob, only the most recent missed slot runs after an outage.
+    SUPERSEDED = "Superseded"
+
+
+@dataclass(frozen=True)
+class ScheduledJobView:
+    """The parts of a ScheduledJob object that decide() reads."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    created_at: datetime
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    annotations: dict[str, str]
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> ScheduledJobView:
+        metadata = obj["metadata"]
+        created = parse_time(metadata.get("creationTimestamp"))
+        assert created is not None, "an object from the API server has a creationTimestamp"
+        return cls(
+            name=metadata["name"],
+            namespace=metadata["namespace"],
+            uid=metadata["uid"],
+            generation=int(metadata.get("generation", 0)),
+            created_at=created,
+            spec=obj.get("spec") or {},
+            status=obj.get("status") or {},
+            annotations=metadata.get("annotations") or {},
+        )
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    job_name: str
+    slot: datetime
+    trigger: str
+    run_now_token: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedDeletion:
+    job_name: str
+    uid: str
+    reason: str  # "Replace" or "HistoryLimit"
+
+
+@dataclass(frozen=True)
+class SkippedSlots:
+    reason: SkipReason
+    count: int
+    latest: datetime
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    type: str  # "Normal" or "Warning"
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    runs: list[PlannedRun] = field(default_factory=list)
+    deletions: list[PlannedDeletion] = field(default_factory=list)
+    skips: list[SkippedSlots] = field(default_factory=list)
+    events: list[EventRecord] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+    wake_at: datetime | None = None
+
+
+def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Decision:
+    """Plan the actions for `sj` at `now`, given the Jobs the live model says it owns."""
+    owned = [job for job in jobs if job.owner_uid == sj.uid]
+    try:
+        spec = parse_spec(sj.name, sj.spec)
+    except SpecError as error:
+        return _invalid(sj, str(error), now)
+    decision = Decision()
+    status = dict(sj.status)
+    cursor = _cursor(sj, spec, status, now, decision)
+
+    due, uncounted = _due_slots(spec, cursor, now)
+    if due:
+        _handle_due_slots(sj, spec, owned, due, uncounted, now, decision)
+        cursor = due[-1]
+    _handle_run_now(sj, spec, owned, now, decision, status)
+    _plan_history_cleanup(spec, owned, decision)
+    _write_status(sj, spec, owned, status, cursor, now, decision)
+    decision.status = status
+    if decision.wake_at is None:
+        decision.wake_at = _next_slot(spec, cursor, now)
+    return decision
+
+
+def _invalid(sj: ScheduledJobView, message: str, now: datetime) -> Decision:
+    """An invalid spec is reported once (condition + Warning Event) and never retried in a loop."""
+    status = dict(sj.status)
+    conditions = list(status.get("conditions") or [])
+    previous = next((c for c in conditions if c.get("type") == "InvalidSpec"), None)
+    set_condition(conditions, "InvalidSpec", "True", "InvalidSpec", message, sj.generation, now)
+    set_condition(conditions, "Ready", "False", "InvalidSpec", message, sj.generation, now)
+    # Fixing the spec later is then an edit: it never runs slots from before the fix.
+    status.update(conditions=conditions, observedGeneration=sj.generation, observedSchedule=INVALID)
+    decision = Decision(status=status)
+    if previous is None or previous.get("status") != "True" or previous.get("message") != message:
+        decision.events.append(EventRecord("Warning", "InvalidSpec", message))
+    return decision
+
+
+def _cursor(
+    sj: ScheduledJobView, spec: Spec, status: dict[str, Any], now: datetime, decision: Decision
+) -> datetime | None:
+    """Where processing resumes. A new or edited schedule starts at creation or at the edit, so an
+    edit never runs a slot retroactively; a new runAt starts unprocessed (None), so it runs."""
+    observed = status.get("observedSchedule")
+    if observed == spec.trigger_key:
+        processed = parse_time(status.get("processedUntil"))
+        if processed is None and spec.schedule is not None:
+            return now  # a status edited by hand: resume from now rather than guess
+        return processed
+    status["observedSchedule"] = spec.trigger_key
+    if spec.run_at is not None:
+        status.pop("processedUntil", None)
+        return None
+    if observed is not None:
+        decision.events.append(
+            EventRecord(
+                "Normal",
+                "ScheduleChanged",
+                f"schedule is now {spec.schedule.expression if spec.schedule else ''!s} "
+                f"({spec.schedule.time_zone if spec.schedule else ''}); slots before "
+                f"{format_time(now)} will not run",
+            )
+        )
+        return now
+    return sj.created_at
+
+
+def _due_slots(spec: Spec, cursor: datetime | None, now: datetime) -> tuple[list[datetime], int]:
+    """Due slots, oldest first, and how many older ones were only counted, not listed."""
+    if spec.run_at is not None:
+        processed = cursor is not None and cursor >= spec.run_at
+        return ([spec.run_at] if not processed and spec.run_at <= now else []), 0
+    assert spec.schedule is not None
+    assert cursor is not None
+    due = spec.schedule.slots_between(cursor, now, limit=MAX_ENUMERATED_SLOTS)
+    uncounted = 0
+    if len(due) == MAX_ENUMERATED_SLOTS:
+        uncounted = spec.schedule.count_between(cursor, now) - len(due)
+    return due, uncounted
+
+
+def _late(spec: Spec, slot: datetime, now: datetime) -> bool:
+    deadline = spec.starting_deadline_seconds
+    return deadline is not None and now - slot > timedelta(seconds=deadline) + ON_TIME_TOLERANCE
+
+
+def _handle_due_slots(
+    sj: ScheduledJobView,
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    due: list[datetime],
+    uncounted: int,
+    now: datetime,
+    decision: Decision,
+) -> None:
+    if spec.suspend:
+        _skip(decision, SkipReason.SUSPENDED, len(due) + uncounted, due[-1])
+        return
+    # Older missed slots are recorded, never silently dropped, and never run (CronJob semantics).
+    # Those only counted are older than due[0]: late if it is (else counted as superseded).
+    slot, older = due[-1], due[:-1]
+    slot_late = _late(spec, slot, now)
+    expired = [s for s in older if _late(spec, s, now)] + ([slot] if slot_late else [])
+    expired_count = len(expired) + (uncounted if _late(spec, due[0], now) else 0)
+    superseded_count = len(older) + uncounted + (1 if slot_late else 0) - expired_count
+    if expired_count:
+        _skip(
+            decision,
+            SkipReason.DEADLINE_EXCEEDED,
+            expired_count,
+            expired[-1] if expired else due[0],
+        )
+    if superseded_count:
+        _skip(decision, SkipReason.SUPERSEDED, superseded_count, older[-1] if older else due[0])
+    if slot_late:
+        return
+    # A runAt instant has seconds precision: naming it by minute could collide after an edit.
+    with_seconds = spec.schedule.has_seconds if spec.schedule else True
+    name = scheduled_job_name(sj.name, slot, with_seconds)
+    if any(job.name == name for job in owned):
+        return  # created before a crash that lost the cursor: the slot is done
+    if _admit(spec, owned, decision, slot, TRIGGER_SCHEDULE):
+        decision.runs.append(PlannedRun(name, slot, TRIGGER_SCHEDULE))
+
+
+def _admit(
+    spec: Spec, owned: Sequence[JobInfo], decision: Decision, slot: datetime, trigger: str
+) -> bool:
+    """Apply the concurrency policy to one run, on the live model of Jobs (not on status)."""
+    active = [
+        job
+        for job in owned
+        if job.state is JobState.ACTIVE
+        and not job.deleting
+        and not _planned_deletion(decision, job)
+    ]
+    if not active:
+        return True
+    if spec.concurrency_policy is ConcurrencyPolicy.FORBID:
+        if trigger == TRIGGER_MANUAL:  # a refused request, not a slot: an Event, no counter
+            decision.events.append(
+                EventRecord(
+                    "Warning", "RunNowForbidden", "run-now refused: a run is active (Forbid)"
+                )
+            )
+        else:
+            _skip(decision, SkipReason.CONCURRENCY_FORBID, 1, slot)
+        return False
+    if spec.concurrency_policy is ConcurrencyPolicy.REPLACE:
+        decision.deletions += [PlannedDeletion(job.name, job.uid, "Replace") for job in active]
+    return True
+
+
+def _planned_deletion(decision: Decision, job: JobInfo) -> bool:
+    return any(deletion.uid == job.uid for deletion in decision.deletions)
+
+
+def _skip(decision: Decision, reason: SkipReason, count: int, latest: datetime) -> None:
+    decision.skips.append(SkippedSlots(reason, count, latest))
+    decision.events.append(
+        EventRecord(
+            "Warning" if reason is not SkipReason.SUSPENDED else "Normal",
+            f"Skipped{reason.value}",
+            f"skipped {count} slot(s) ({reason.value}); latest {format_time(latest)}",
+        )
+    )
+
+
+def _handle_run_now(
+    sj: ScheduledJobView,
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    now: datetime,
+    decision: Decision,
+    status: dict[str, Any],
+) -> None:
+    """A new value of the run-now annotation starts one run, acknowledged in status."""
+    token = sj.annotations.get(ANNOTATION_RUN_NOW)
+    if not token or token == status.get("runNowToken"):
+        return
+    if decision.runs:
+        decision.wake_at = now  # one run per decision; the request is handled right after
+        return
+    status["runNowToken"] = token
+    name = manual_job_name(sj.name, token)
+    if any(job.name == name for job in owned):
+        return
+    if _admit(spec, owned, decision, now, TRIGGER_MANUAL):
+        decision.runs.append(PlannedRun(name, now, TRIGGER_MANUAL, token))
+
+
+def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decision) -> None:
+    """Keep the newest finished Jobs by completion time (falling back to start time)."""
+    limits = {
+        JobState.SUCCEEDED: spec.successful_jobs_history_limit,
+        JobState.FAILED: spec.failed_jobs_history_limit,
+    }
+    for state, limit in limits.items():
+        finished = [
+            job
+            for job in owned
+            if job.state is state and not job.deleting and not _planned_deletion(decision, job)
+        ]
+        finished.sort(key=lambda job: (job.history_time or _THE_BEGINNING, job.name))
+        excess = finished[: max(0, len(finished) - limit)]
+        decision.deletions += [PlannedDeletion(job.name, job.uid, "HistoryLimit") for job in excess]
+
+
+def _write_status(
+    sj: ScheduledJobView,
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    status: dict[str, Any],
+    cursor: datetime | None,
+    now: datetime,
+    decision: Decision,
+) -> None:
+    deleted = {deletion.uid for deletion in decision.deletions}
+    active = sorted(
+        [
+            job.name
+            for job in owned
+            if job.state is JobState.ACTIVE and not job.deleting and job.uid not in deleted
+        ]
+        + [run.job_name for run in decision.runs]
+    )
+    # Refs carry no uid: a planned run has none yet, and adding it later would cost a write.
+    status["active"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": sj.namespace}
+        for name in active
+    ]
+    status["activeCount"] = len(active)
+    if cursor is not None:
+        status["processedUntil"] = format_time(cursor)
+    scheduled = [run.slot for run in decision.runs if run.trigger == TRIGGER_SCHEDULE]
+    last_schedule = max([*scheduled, *_times(status.get("lastScheduleTime"))], default=None)
+    if last_schedule is not None:
+        status["lastScheduleTime"] = format_time(last_schedule)
+    succeeded = [
+        job.finished_at for job in owned if job.state is JobState.SUCCEEDED and job.finished_at
+    ]
+    last_success = max([*succeeded, *_times(status.get("lastSuccessfulTime"))], default=None)
+    if last_success is not None:
+        status["lastSuccessfulTime"] = format_time(last_success)
+    next_slot = None if spec.suspend else _next_slot(spec, cursor, now)
+    status["nextScheduleTime"] = format_time(next_slot) if next_slot else None
+    status["runsCreated"] = int(status.get("runsCreated", 0)) + len(decision.runs)
+    skipped = dict(status.get("slotsSkipped") or {})
+    for skip in decision.skips:
+        skipped[skip.reason.value] = int(skipped.get(skip.reason.value, 0)) + skip.count
+    status["slotsSkipped"] = skipped
+    status["recentRuns"] = _recent_runs(status.get("recentRuns") or [], owned, decision, now)
+    status["observedGeneration"] = sj.generation
+    status["conditions"] = _conditions(sj, spec, owned, status, cursor, now)
+
+
+def _times(text: str | None) -> list[datetime]:
+    parsed = parse_time(text)
+    return [parsed] if parsed else []
+
+
+def _recent_runs(
+    previous: list[dict[str, Any]], owned: Sequence[JobInfo], decision: Decision, now: datetime
+) -> list[dict[str, Any]]:
+    by_name = {job.name: job for job in owned}
+    runs = []
+    for entry in previous:
+        entry = dict(entry)
+        job = by_name.get(entry.get("job", ""))
+        if job is not None and job.finished:
+            entry["result"] = job.state.value
+            if job.finished_at:
+                entry["finishedAt"] = format_time(job.finished_at)
+        elif job is None and entry.get("result") == JobState.ACTIVE.value:
+            entry["result"] = "Deleted"
+        runs.append(entry)
+    for run in decision.runs:
+        runs.append(
+            {
+                "slot": format_time(run.slot),
+                "job": run.job_name,
+                "trigger": run.trigger,
+                "result": JobState.ACTIVE.value,
+                "lagSeconds": round((now - run.slot).total_seconds(), 3),
+            }
+        )
+    return runs[-RECENT_RUNS:]
+
+
+def _conditions(
+    sj: ScheduledJobView,
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    status: dict[str, Any],
+    cursor: datetime | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    conditions = list(status.get("conditions") or [])
+    generation = sj.generation
+    set_condition(conditions, "InvalidSpec", "False", "SpecValid", "", generation, now)
+    if spec.suspend:
+        set_condition(
+            conditions,
+            "Suspended",
+            "True",
+            "Suspended",
+            "slots are skipped and recorded",
+            generation,
+            now,
+        )
+    else:
+        set_condition(conditions, "Suspended", "False", "NotSuspended", "", generation, now)
+    ready_reason, ready_message = "Scheduling", "slots are being scheduled"
+    if spec.run_at is not None:
+        completed = _one_off_outcome(spec, owned, status, cursor)
+        if completed is None:
+            set_condition(
+                conditions,
+                "Completed",
+                "False",
+                "Pending",
+                "the run has not finished",
+                generation,
+                now,
+            )
+        else:
+            set_condition(
+                conditions,
+                "Completed",
+                "True",
+                completed,
+                "the one-off run is over",
+                generation,
+                now,
+            )
+            ready_reason, ready_message = (
+                "Completed",
+                "the one-off run is over; nothing more will run",
+            )
+    else:
+        conditions = [c for c in conditions if c.get("type") != "Completed"]
+    set_condition(conditions, "Ready", "True", ready_reason, ready_message, generation, now)
+    return conditions
+
+
+def _one_off_outcome(
+    spec: Spec, owned: Sequence[JobInfo], status: dict[str, Any], cursor: datetime | None
+) -> str | None:
+    """Why a one-off is over (RunSucceeded, RunFailed, Skipped), or None while it is not."""
+    assert spec.run_at is not None
+    if cursor is None or cursor < spec.run_at:
+        return None
+    runs = [job for job in owned if job.slot == spec.run_at]
+    if not runs:
+        recorded = [
+            r for r in status.get("recentRuns") or [] if r.get("slot") == format_time(spec.run_at)
+        ]
+        if recorded and recorded[-1].get("result") == JobState.ACTIVE.value:
+            return None
+        return f"Run{recorded[-1]['result']}" if recorded else "Skipped"
+    job = runs[-1]
+    if job.state is JobState.ACTIVE:
+        return None
+    return f"Run{job.state.value}"
+
+
+def _next_slot(spec: Spec, cursor: datetime | None, now: datetime) -> datetime | None:
+    if spec.run_at is not None:
+        processed = cursor is not None and cursor >= spec.run_at
+        return None if processed else spec.run_at
+    assert spec.schedule is not None
+    return spec.schedule.next_after(max(now, cursor) if cursor else now)

@@ -1,0 +1,364 @@
+"""Schedule arithmetic for ScheduledJob: which instants a cron expression names.
+
+Everything here is pure (no Kubernetes, no I/O, no clock reads) so the controller can
+replay any window deterministically, e.g. after downtime or a leader change.
+
+The time rule. Without a timeZone a schedule is plain UTC. With one, the expression names
+WALL-CLOCK times, and every named wall-clock time fires exactly once:
+
+* a wall time skipped by a spring-forward gap fires at the first instant after the gap
+  (the transition instant), so a daily 02:30 job still runs on the short day;
+* a wall time that occurs twice (fall-back) fires only at its first occurrence, so a
+  daily 02:30 job does not run twice on the long day;
+* slots are instants: several gap wall times landing on the same instant are one slot.
+
+croniter alone gets both wrong across DST (it repeats the fall-back hour for hourly
+schedules), so it only enumerates naive wall-clock times here and `_instant` applies the
+rule. That mapping is monotone in wall time, which is what lets us start croniter from
+any wall time whose slot is on the correct side of an instant and never miss a slot.
+
+Day-of-month and day-of-week combine with OR when both are restricted, like classic cron
+(croniter's default, kept on purpose so expressions mean what cron users expect).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import islice, takewhile
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+MACROS: dict[str, str] = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_MINUTE_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_SECOND_FIELDS = ("second", *_MINUTE_FIELDS)
+_RANGE = re.compile(r"^(\w+)-(\w+)(?:/\d+)?$")
+_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_NAMED_VALUES = {name: number for number, name in enumerate(_WEEKDAYS)} | {
+    name: number for number, name in enumerate(_MONTHS, start=1)
+}
+# Names that ZoneInfo may load but that mean "whatever this machine is set to", which
+# would make a schedule depend on the node the operator happens to run on.
+_HOST_ZONES = frozenset({"local", "localtime", "posixrules"})
+# Fixed (not "now") so that parse() accepts or rejects an expression the same way forever.
+_FIRES_ANCHOR = datetime(2025, 1, 1, tzinfo=UTC)
+# Long enough for Feb 29 (every 4 years, 8 around 2100), short enough to reject Feb 30.
+_FIRES_HORIZON = timedelta(days=5 * 366)
+_COUNT_CAP = 1_000_000
+_SECOND = timedelta(seconds=1)
+
+
+class ScheduleError(ValueError):
+    """Invalid schedule; str(e) is a user-facing message naming the problem.
+
+    Messages start with the spec field at fault ('schedule: ...' or 'timeZone: ...') so
+    they can go straight into a status condition or an admission rejection.
+    """
+
+
+def is_valid_time_zone(name: str) -> bool:
+    """Whether `name` is acceptable as spec.timeZone (empty means UTC, as in parse)."""
+    try:
+        _load_zone(name or "UTC")
+    except ScheduleError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A validated cron expression bound to a time zone; build it with `parse`.
+
+    The fields are exactly what the user wrote (normalised), so a Schedule can be
+    compared with the spec to decide whether it must be re-parsed.
+    """
+
+    expression: str
+    time_zone: str = "UTC"
+    has_seconds: bool = False
+
+    @classmethod
+    def parse(cls, expression: str, time_zone: str = "UTC") -> Schedule:
+        """Validate the spec values up front so bad input fails once, with a clear message.
+
+        Only ScheduleError escapes: callers turn it into a user-visible condition and must
+        not crash on whatever croniter happens to raise.
+        """
+        expression = expression.strip()
+        fields = _cron_fields(expression)
+        zone_name = time_zone or "UTC"
+        _load_zone(zone_name)
+        schedule = cls(expression, zone_name, has_seconds=len(fields) == len(_SECOND_FIELDS))
+        schedule._require_fires()
+        return schedule
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        """First slot strictly after `instant`; None once the schedule can never fire again."""
+        return next(self._slots_after(_as_utc(instant)), None)
+
+    def slots_between(self, after: datetime, until: datetime, limit: int = 1000) -> list[datetime]:
+        """Slots s with after < s <= until, ascending; only the most recent `limit` of them.
+
+        Walks backwards from `until` because a caller catching up after downtime only
+        ever acts on the newest slots, and a per-second schedule over a long outage
+        would otherwise enumerate millions of slots just to drop them.
+        """
+        after, until = _as_utc(after), _as_utc(until)
+        if limit <= 0:
+            return []
+        recent = list(islice(takewhile(lambda s: s > after, self._slots_until(until)), limit))
+        recent.reverse()
+        return recent
+
+    def count_between(self, after: datetime, until: datetime) -> int:
+        """Exact number of slots in (after, until], capped at one million.
+
+        Counting needs no list, so it stays cheap in memory even where slots_between
+        would have to truncate; the cap bounds CPU for absurd ranges.
+        """
+        after, until = _as_utc(after), _as_utc(until)
+        in_range = takewhile(lambda s: s <= until, self._slots_after(after))
+        return sum(1 for _ in islice(in_range, _COUNT_CAP))
+
+    @property
+    def _zone(self) -> ZoneInfo:
+        return ZoneInfo(self.time_zone)  # ZoneInfo caches instances per key
+
+    @property
+    def _cron_expression(self) -> str:
+        return MACROS.get(self.expression.lower(), self.expression)
+
+    def _require_fires(self) -> None:
+        """Reject expressions croniter accepts but that name no real date (Feb 30)."""
+        try:
+            first = self.next_after(_FIRES_ANCHOR)
+        except Exception as exc:  # croniter's error surface is untyped; keep parse's contract
+            raise ScheduleError(f'schedule: "{self.expression}" cannot be evaluated') from exc
+        if first is None or first - _FIRES_ANCHOR > _FIRES_HORIZON:
+            raise ScheduleError(
+                f'schedule: "{self.expression}" never fires (no matching date within 5 years)'
+            )
+
+    def _slots_after(self, instant: datetime) -> Iterator[datetime]:
+        """Slots strictly after `instant`, ascending, deduplicated."""
+        last = instant
+        for wall in self._walls(self._wall_not_after(instant), backward=False):
+            slot = self._instant(wall)
+            if slot > last:
+                last = slot
+                yield slot
+
+    def _slots_until(self, instant: datetime) -> Iterator[datetime]:
+        """Slots at or before `instant`, descending, deduplicated."""
+        last: datetime | None = None
+        for wall in self._walls(self._wall_beyond(instant), backward=True):
+            slot = self._instant(wall)
+            if slot <= instant and (last is None or slot < last):
+                last = slot
+                yield slot
+
+    def _walls(self, start: datetime, *, backward: bool) -> Iterator[datetime]:
+        """Naive wall-clock times named by the expression, strictly after/before `start`.
+
+        croniter sees the wall clock labelled as UTC so it does no DST handling of its
+        own; `_instant` alone decides what a wall time means.
+        """
+        cron = croniter(
+            self._cron_expression,
+            start.replace(tzinfo=UTC, fold=0),
+            ret_type=datetime,
+            second_at_beginning=True,
+        )
+        while True:
+            try:
+                wall = cron.get_prev(datetime) if backward else cron.get_next(datetime)
+            except (ValueError, OverflowError):  # nothing within croniter's 50-year search,
+                return  # or past year 1 / 9999
+            yield wall.replace(tzinfo=None)
+
+    def _instant(self, wall: datetime) -> datetime:
+        """The time rule: the instant at which naive wall-clock time `wall` fires."""
+        zone = self._zone
+        first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+        if first.astimezone(zone).replace(tzinfo=None) == wall:
+            return first  # exists (first occurrence if repeated)
+        # In a gap fold=1 applies the post-transition offset, landing before the gap.
+        before_gap = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+        return _offset_change(zone, before_gap, first)
+
+    def _wall_not_after(self, instant: datetime) -> datetime:
+        """A wall time whose slot is <= instant, as late as cheaply possible.
+
+        Because `_instant` is monotone, croniter started strictly after it reaches every
+        slot > instant. Inside the second pass of a repeated hour, the hour's wall times
+        already fired on the first pass, so we jump to the end of the repetition instead
+        of re-walking (and filtering) all of them.
+        """
+        local = instant.astimezone(self._zone)
+        if local.fold:
+            return self._repeat_end(local) - _SECOND
+        return local.replace(tzinfo=None, microsecond=0)
+
+    def _wall_beyond(self, instant: datetime) -> datetime:
+        """A wall time whose slot is > instant, so croniter stepping back misses nothing."""
+        later = (instant.replace(microsecond=0) + _SECOND).astimezone(self._zone)
+        if later.fold:
+            return self._repeat_end(later)
+        return later.replace(tzinfo=None)
+
+    def _repeat_end(self, local: datetime) -> datetime:
+        """Naive wall time ending the repeated interval that `local` (fold=1) lies in."""
+        first_pass = local.replace(fold=0)
+        change = _offset_change(self._zone, first_pass.astimezone(UTC), local.astimezone(UTC))
+        return (change + _utcoffset(first_pass)).replace(tzinfo=None)
+
+
+def _cron_fields(expression: str) -> list[str]:
+    """Split and validate an expression; macros expand to their 5-field meaning."""
+    if not expression:
+        raise ScheduleError("schedule: must not be empty")
+    if not expression.isascii():
+        raise ScheduleError(f'schedule: "{expression}" contains non-ASCII characters')
+    if expression.split()[0].upper().startswith(("TZ=", "CRON_TZ=")):
+        raise ScheduleError(
+            f'schedule: "{expression}": TZ=/CRON_TZ= prefixes are not supported; '
+            "use the timeZone field instead"
+        )
+    if expression.startswith("@"):
+        return _expand_macro(expression)
+    fields = expression.split()
+    if len(fields) not in (len(_MINUTE_FIELDS), len(_SECOND_FIELDS)):
+        raise ScheduleError(
+            f'schedule: "{expression}" has {len(fields)} fields; expected 5 '
+            "(minute hour day-of-month month day-of-week) or 6 (second first)"
+        )
+    names = _SECOND_FIELDS if len(fields) == len(_SECOND_FIELDS) else _MINUTE_FIELDS
+    _reject_nondeterministic(fields)
+    _require_valid_fields(fields, names)
+    _reject_unclear_ranges(fields, names)
+    return fields
+
+
+def _expand_macro(expression: str) -> list[str]:
+    macro = MACROS.get(expression.lower())
+    if macro is None:
+        supported = ", ".join(MACROS)
+        raise ScheduleError(f'schedule: unknown macro "{expression}" (supported: {supported})')
+    return macro.split()
+
+
+def _reject_nondeterministic(fields: list[str]) -> None:
+    """croniter's R (random) and H (hashed) change meaning per call or per hash id.
+
+    Slots must be identical on every replica and after every restart, otherwise a job
+    could run twice or never. No month or weekday name starts with R or H.
+    """
+    for field in fields:
+        for part in field.split(","):
+            if part[:1].upper() in ("R", "H"):
+                raise ScheduleError(
+                    f'schedule: "{part}" (random/hashed value) is not supported; '
+                    "slots must be the same on every evaluation"
+                )
+
+
+def _require_valid_fields(fields: list[str], names: tuple[str, ...]) -> None:
+    """Name the first bad field; croniter's own message quotes only the whole expression."""
+    if _croniter_accepts(fields):
+        return
+    for index, (name, value) in enumerate(zip(names, fields, strict=True)):
+        probe = ["*"] * len(fields)
+        probe[index] = value
+        if not _croniter_accepts(probe):
+            raise ScheduleError(f'schedule: invalid {name} field "{value}"')
+    raise ScheduleError(f'schedule: invalid expression "{" ".join(fields)}"')
+
+
+def _reject_unclear_ranges(fields: list[str], names: tuple[str, ...]) -> None:
+    """Refuse ranges that do not run upwards, which croniter reads unlike classic cron.
+
+    croniter expands an equal range ("5-5", "0-0/5") to the WHOLE cycle and wraps a
+    reversed one ("22-2/3") with its own phase; Kubernetes CronJob rejects both. A
+    user writing either almost certainly meant something else, so ask for a plain
+    value or a list rather than firing far more often than intended.
+    """
+    for name, field in zip(names, fields, strict=True):
+        for part in field.split(","):
+            match = _RANGE.match(part)
+            if match is None:
+                continue
+            low, high = (_range_bound(bound) for bound in match.group(1, 2))
+            if low is not None and high is not None and low >= high:
+                raise ScheduleError(
+                    f'schedule: {name} range "{part}" must go from a lower to a higher '
+                    "value; use a single value or a list instead"
+                )
+
+
+def _range_bound(text: str) -> int | None:
+    """A range bound as a number; None for tokens like L whose order croniter owns."""
+    if text.isdigit():
+        return int(text)
+    return _NAMED_VALUES.get(text.upper())
+
+
+def _croniter_accepts(fields: list[str]) -> bool:
+    try:
+        croniter(" ".join(fields), _FIRES_ANCHOR, second_at_beginning=True)
+    except Exception:  # croniter raises ValueError, TypeError, KeyError... for bad input
+        return False
+    return True
+
+
+def _load_zone(name: str) -> ZoneInfo:
+    if name.lower() in _HOST_ZONES:
+        raise ScheduleError(f'timeZone: unknown time zone "{name}"')
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: e.g. a directory name
+        raise ScheduleError(f'timeZone: unknown time zone "{name}"') from None
+
+
+def _as_utc(moment: datetime) -> datetime:
+    """Naive datetimes would silently mean the operator host's zone: refuse them."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"schedule arithmetic needs an aware datetime, got {moment!r}")
+    return moment.astimezone(UTC)
+
+
+def _utcoffset(moment: datetime) -> timedelta:
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"expected an aware datetime, got {moment!r}")
+    return offset
+
+
+def _offset_change(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The transition instant in (before, after]: the first second with after's offset.
+
+    zoneinfo exposes no transition table, so bisect; `before` and `after` are at most a
+    gap or fold apart (hours), so this takes about a dozen steps and only runs near DST.
+    """
+    target = after.astimezone(zone).utcoffset()
+    low = int(before.replace(microsecond=0).timestamp())
+    high = int(after.replace(microsecond=0).timestamp())
+    while high - low > 1:
+        middle = (low + high) // 2
+        if datetime.fromtimestamp(middle, zone).utcoffset() == target:
+            high = middle
+        else:
+            low = middle
+    return datetime.fromtimestamp(high, UTC)

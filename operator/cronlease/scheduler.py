@@ -1,0 +1,250 @@
+"""The one scheduler loop (design decision 2) and the shell that applies decisions.
+
+A heap holds each ScheduledJob's next wake-up. The loop sleeps until the head is due, capped so a
+clock jump is noticed within WAKE_CAP seconds, and wakes early when the model changes. Due
+ScheduledJobs are reconciled concurrently through a bounded pool, one task per object at a time,
+so a burst of simultaneous slots turns into parallel Job creations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from cronlease import metrics
+from cronlease.events import post_event
+from cronlease.jobs import job_info
+from cronlease.jobtemplate import build_job
+from cronlease.kube import ApiError, KubeApi
+from cronlease.leadership import Leadership
+from cronlease.model import Key, Model
+from cronlease.naming import LABEL_SCHEDULEDJOB, TRIGGER_SCHEDULE
+from cronlease.reconcile import Decision, PlannedRun, ScheduledJobView, decide
+
+log = logging.getLogger(__name__)
+
+WAKE_CAP = 5.0
+MAX_BACKOFF = 60.0
+
+
+class NotLeading(Exception):
+    """Raised before a write when this replica no longer holds the Lease (client-side fence)."""
+
+
+class RetryLater(Exception):
+    """A decision could not be applied in full; the object is retried with backoff."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        api: KubeApi,
+        leadership: Leadership,
+        namespaces: tuple[str, ...] = (),
+        max_concurrency: int = 64,
+    ) -> None:
+        self.api = api
+        self.leadership = leadership
+        self.namespaces = namespaces
+        self.model = Model(self.notify, on_job_finished=self._count_result)
+        self._heap: list[tuple[float, int, Key]] = []
+        self._planned: dict[Key, float] = {}
+        self._sequence = itertools.count()
+        self._wakeup = asyncio.Event()
+        self._in_flight: set[Key] = set()
+        self._rerun: set[Key] = set()
+        self._failures: dict[Key, int] = {}
+        self._pool = asyncio.Semaphore(max_concurrency)
+        self._background: set[asyncio.Task[None]] = set()
+        self._seeded = False
+
+    # Planning wake-ups
+
+    def notify(self, key: Key, at: float | None = None) -> None:
+        """Reconcile `key` at `at` (epoch seconds), or now; an earlier plan wins."""
+        when = time.time() if at is None else at
+        planned = self._planned.get(key)
+        if planned is not None and planned <= when:
+            return
+        self._planned[key] = when
+        heapq.heappush(self._heap, (when, next(self._sequence), key))
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.leadership.wait_leading()
+            if not self._seeded:
+                await self._seed()
+            now = time.time()
+            while self._heap and self._heap[0][0] <= now:
+                when, _, key = heapq.heappop(self._heap)
+                if self._planned.get(key) != when:
+                    continue  # superseded by an earlier plan
+                del self._planned[key]
+                self._start(key)
+            delay = min(self._heap[0][0] - time.time(), WAKE_CAP) if self._heap else WAKE_CAP
+            self._wakeup.clear()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), delay)
+
+    async def _seed(self) -> None:
+        """Fill the model once from the API server's watch cache before the first decision.
+
+        kopf's watches keep the model current on every replica, but kopf has no public signal for
+        "initial listing done"; without this a new leader could decide Forbid on a partial model.
+        """
+        scopes = self.namespaces or ("",)
+        for namespace in scopes:
+            for item in (await self.api.list_scheduledjobs(namespace))["items"]:
+                self.model.upsert_scheduledjob(item)
+            for item in (await self.api.list_jobs(LABEL_SCHEDULEDJOB, namespace))["items"]:
+                self.model.upsert_job(item)
+        self._seeded = True
+        metrics.scheduledjobs.set(len(self.model.scheduledjobs))
+        log.info("model seeded with %d ScheduledJobs", len(self.model.scheduledjobs))
+
+    def _start(self, key: Key) -> None:
+        if key in self._in_flight:
+            self._rerun.add(key)
+            return
+        self._in_flight.add(key)
+        self._spawn(self._reconcile_guarded(key))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reconcile_guarded(self, key: Key) -> None:
+        wake: float | None = None
+        try:
+            async with self._pool:
+                wake = await self._reconcile(key)
+            self._failures.pop(key, None)
+        except NotLeading:
+            log.info("%s/%s: not leading any more; leaving it to the new leader", *key)
+            self._rerun.add(key)  # to be decided again if leadership comes back
+        except Exception as error:  # one bad object must never stop the loop
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            backoff = min(2.0 ** (failures - 1), MAX_BACKOFF)
+            level = logging.WARNING if isinstance(error, RetryLater) else logging.ERROR
+            log.log(
+                level,
+                "%s/%s: %s; retrying in %.0f s",
+                *key,
+                error,
+                backoff,
+                exc_info=not isinstance(error, RetryLater),
+            )
+            wake = time.time() + backoff
+        finally:
+            self._in_flight.discard(key)
+        if key in self._rerun:
+            self._rerun.discard(key)
+            self.notify(key)
+        if wake is not None:
+            self.notify(key, wake)
+
+    async def _reconcile(self, key: Key) -> float | None:
+        obj = self.model.scheduledjobs.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return None
+        sj = ScheduledJobView.from_object(obj)
+        decision = decide(sj, self.model.jobs_of(sj.uid), datetime.now(UTC))
+        await self._apply(sj, obj, decision)
+        return decision.wake_at.timestamp() if decision.wake_at else None
+
+    # Applying a decision
+
+    def _check_leading(self) -> None:
+        if not self.leadership.is_leading():
+            metrics.rejected_writes.inc()
+            raise NotLeading()
+
+    async def _apply(self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision) -> None:
+        for deletion in decision.deletions:
+            self._check_leading()
+            try:
+                await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid)
+            except ApiError as error:
+                if error.status not in (404, 409):  # gone already, or a different Job now
+                    metrics.reconcile_errors.labels("delete").inc()
+                    raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
+            self._event(
+                sj,
+                "Normal",
+                "SuccessfulDelete",
+                f"deleted Job {deletion.job_name} ({deletion.reason})",
+            )
+        for run in decision.runs:
+            await self._create(sj, run)
+        for skip in decision.skips:
+            metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
+        for event in decision.events:
+            self._event(sj, event.type, event.reason, event.message)
+        await self._write_status(sj, obj, decision.status)
+
+    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
+        self._check_leading()
+        job = build_job(sj, run, self.leadership.identity, self.leadership.token)
+        try:
+            created = await self.api.create_job(job)
+        except ApiError as error:
+            if error.status == 409 and await self._adopt_existing(sj, run):
+                return
+            metrics.reconcile_errors.labels("create").inc()
+            self._event(sj, "Warning", "FailedCreate", f"Job {run.job_name}: {error.message}")
+            raise RetryLater(f"creating Job {run.job_name}: {error}") from error
+        lag = time.time() - run.slot.timestamp()
+        self.model.upsert_job(created)  # Forbid must see it before its watch event arrives
+        metrics.jobs_created.labels(run.trigger).inc()
+        if run.trigger == TRIGGER_SCHEDULE:
+            metrics.schedule_lag.observe(max(lag, 0.0))
+        self._event(sj, "Normal", "SuccessfulCreate", f"created Job {run.job_name}")
+
+    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun) -> bool:
+        """AlreadyExists: ours (same owner uid) means an earlier attempt succeeded: done."""
+        existing = await self.api.get_job(sj.namespace, run.job_name)
+        if job_info(existing).owner_uid == sj.uid:
+            self.model.upsert_job(existing)
+            return True
+        return False
+
+    async def _write_status(
+        self, sj: ScheduledJobView, obj: dict[str, Any], status: dict[str, Any]
+    ) -> None:
+        status = {
+            **status,
+            "leader": self.leadership.identity,
+            "fencingToken": self.leadership.token,
+        }
+        current = obj.get("status") or {}
+        if status == current:
+            return
+        # A merge patch deletes a key only when told to with null.
+        patch = {**{field: None for field in current if field not in status}, **status}
+        self._check_leading()
+        try:
+            updated = await self.api.patch_status(sj.namespace, sj.name, patch)
+        except ApiError as error:
+            if error.status == 404:
+                return
+            metrics.reconcile_errors.labels("status").inc()
+            raise RetryLater(f"writing status: {error}") from error
+        self.model.upsert_scheduledjob(updated)
+
+    def _event(self, sj: ScheduledJobView, kind: str, reason: str, message: str) -> None:
+        """Events go out in the background: the hot path never waits for them."""
+        self._spawn(post_event(self.api, sj, kind, reason, message, self.leadership.identity))
+
+    @staticmethod
+    def _count_result(job: dict[str, Any]) -> None:
+        metrics.job_results.labels(job_info(job).state.value).inc()

@@ -1,0 +1,124 @@
+"""Helpers the e2e tests share: kubectl with JSON, and waiting on a condition with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+# The fake node's label: test pods select it so that on kind they land on kwok, not on a kubelet.
+KWOK_NODE_SELECTOR = {"type": "kwok"}
+
+
+class KubectlError(RuntimeError):
+    pass
+
+
+class Kube:
+    """kubectl bound to one kubeconfig (and optionally a bearer token instead of its user)."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.binary = shutil.which("kubectl") or "kubectl"
+
+    def as_token(self, token: str) -> Kube:
+        """kubectl for the same cluster, authenticated by a bearer token instead of admin."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+        context["context"]["user"] = "token"
+        config["users"] = [{"name": "token", "user": {"token": token}}]
+        fd, path = tempfile.mkstemp(prefix="kubeconfig-token-")
+        os.close(fd)
+        Path(path).write_text(yaml.safe_dump(config))
+        return Kube(Path(path))
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        command = [self.binary, "--kubeconfig", str(self.kubeconfig)]
+        result = subprocess.run(
+            [*command, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "KUBECTL_KUBERC": "false"},
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", *extra, stdin=json.dumps(manifest))
+
+    def create(
+        self, manifest: dict[str, Any], check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run("create", "-f", "-", stdin=json.dumps(manifest), check=check)
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> Any | None:
+        args = ["get", kind, name, *(["-n", namespace] if namespace else [])]
+        result = self.run(*args, "-o", "json", check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr or "not found" in result.stderr:
+                return None
+            raise KubectlError(result.stderr.strip())
+        return json.loads(result.stdout)
+
+    def items(self, kind: str, namespace: str, *selector: str) -> list[Any]:
+        args = ["get", kind, "-n", namespace, *(["-l", ",".join(selector)] if selector else [])]
+        items: list[Any] = self.json(*args)["items"]
+        return items
+
+
+def wait_for(
+    predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.25
+) -> T:
+    """Poll until `predicate` returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last value: {last!r})")
+
+
+def condition(obj: Any, kind: str) -> str | None:
+    """The status ('True'/'False'/'Unknown') of condition `kind` on an object, or None."""
+    for item in (obj or {}).get("status", {}).get("conditions", []) or []:
+        if item.get("type") == kind:
+            return str(item.get("status"))
+    return None
+
+
+def pod_template(duration: str = "0s", result: str = "Succeeded") -> dict[str, Any]:
+    """A pod template whose kwok pod runs for `duration` and then ends as `result`."""
+    return {
+        "metadata": {
+            "annotations": {
+                "kwok.cronlease.io/duration": duration,
+                "kwok.cronlease.io/result": result,
+            }
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": dict(KWOK_NODE_SELECTOR),
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "main", "image": "noop"}],
+        },
+    }

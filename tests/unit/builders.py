@@ -1,0 +1,211 @@
+"""Builders for the inputs of cronlease.reconcile.decide(): a ScheduledJobView and its JobInfos.
+
+Everything takes fixed, aware UTC datetimes; nothing here reads the clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cronlease.jobs import JobInfo, JobState
+from cronlease.naming import (
+    ANNOTATION_RUN_NOW,
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+    format_time,
+    scheduled_job_name,
+)
+from cronlease.reconcile import Decision, ScheduledJobView
+from cronlease.spec import parse_spec
+
+NAME = "backup"
+NAMESPACE = "team-a"
+UID = "uid-backup"
+OTHER_UID = "uid-someone-else"
+HOURLY = "0 * * * *"
+# Monday 2026-01-05, 08:30 UTC: the default creation time; the hourly schedule fires at 09:00.
+CREATED = datetime(2026, 1, 5, 8, 30, tzinfo=UTC)
+
+
+def utc(
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    micro: int = 0,
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+def job_template() -> dict[str, Any]:
+    return {
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+                }
+            }
+        }
+    }
+
+
+def spec(**fields: Any) -> dict[str, Any]:
+    """An hourly spec with a valid jobTemplate; a field given as None is removed."""
+    raw: dict[str, Any] = {"schedule": HOURLY, "jobTemplate": job_template()}
+    raw.update(fields)
+    return {key: value for key, value in raw.items() if value is not None}
+
+
+def run_at_spec(run_at: datetime | str, **fields: Any) -> dict[str, Any]:
+    text = format_time(run_at) if isinstance(run_at, datetime) else run_at
+    return spec(schedule=None, runAt=text, **fields)
+
+
+def trigger_key(raw_spec: dict[str, Any], name: str = NAME) -> str:
+    return parse_spec(name, raw_spec).trigger_key
+
+
+def processed(raw_spec: dict[str, Any], until: datetime, **extra: Any) -> dict[str, Any]:
+    """A status saying every slot of `raw_spec` up to `until` was handled."""
+    return {
+        "observedSchedule": trigger_key(raw_spec),
+        "processedUntil": format_time(until),
+        **extra,
+    }
+
+
+def view(
+    raw_spec: dict[str, Any] | None = None,
+    *,
+    status: dict[str, Any] | None = None,
+    run_now: str | None = None,
+    created_at: datetime = CREATED,
+    name: str = NAME,
+    generation: int = 1,
+    uid: str = UID,
+) -> ScheduledJobView:
+    annotations = {ANNOTATION_RUN_NOW: run_now} if run_now is not None else {}
+    return ScheduledJobView(
+        name=name,
+        namespace=NAMESPACE,
+        uid=uid,
+        generation=generation,
+        created_at=created_at,
+        spec=raw_spec if raw_spec is not None else spec(),
+        status=status if status is not None else {},
+        annotations=annotations,
+    )
+
+
+def job(
+    name: str,
+    *,
+    state: JobState = JobState.ACTIVE,
+    slot: datetime | None = None,
+    uid: str | None = None,
+    owner_uid: str | None = UID,
+    trigger: str = TRIGGER_SCHEDULE,
+    created_at: datetime | None = None,
+    started_at: datetime | None = None,
+    finished_at: datetime | None = None,
+    deleting: bool = False,
+) -> JobInfo:
+    return JobInfo(
+        name=name,
+        uid=uid if uid is not None else f"uid-{name}",
+        owner_uid=owner_uid,
+        slot=slot,
+        trigger=trigger,
+        created_at=created_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        state=state,
+        deleting=deleting,
+    )
+
+
+def slot_job(
+    slot: datetime,
+    *,
+    state: JobState = JobState.ACTIVE,
+    finished_at: datetime | None = None,
+    with_seconds: bool = False,
+    **fields: Any,
+) -> JobInfo:
+    """A Job as the operator would have created it for `slot` (named after the slot)."""
+    if finished_at is None and state is not JobState.ACTIVE:
+        finished_at = slot + timedelta(minutes=5)
+    return job(
+        scheduled_job_name(NAME, slot, with_seconds),
+        state=state,
+        slot=slot,
+        created_at=slot,
+        started_at=slot,
+        finished_at=finished_at,
+        **fields,
+    )
+
+
+def created_jobs(decision: Decision, *, with_uids: bool = True) -> list[JobInfo]:
+    """The Jobs the shell creates for `decision.runs`, as the next decision sees them (active)."""
+    return [
+        job(
+            run.job_name,
+            uid=None if with_uids else "",
+            slot=run.slot,
+            trigger=TRIGGER_MANUAL if run.run_now_token else run.trigger,
+            created_at=run.slot,
+        )
+        for run in decision.runs
+    ]
+
+
+def after_apply(
+    sj: ScheduledJobView,
+    jobs: Sequence[JobInfo],
+    decision: Decision,
+    *,
+    with_uids: bool = True,
+) -> tuple[ScheduledJobView, list[JobInfo]]:
+    """The world after the shell applied `decision`: status written, Jobs created and deleted."""
+    deleted = {deletion.uid for deletion in decision.deletions}
+    remaining = [existing for existing in jobs if existing.uid not in deleted]
+    return (
+        dataclasses.replace(sj, status=decision.status),
+        remaining + created_jobs(decision, with_uids=with_uids),
+    )
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    matches: list[dict[str, Any]] = [
+        c for c in status.get("conditions") or [] if c.get("type") == kind
+    ]
+    assert len(matches) == 1, f"expected one {kind} condition, got {matches}"
+    return matches[0]
+
+
+def skip_counts(decision: Decision) -> dict[str, int]:
+    """Skipped slots per reason, summed over the decision's SkippedSlots entries."""
+    counts: dict[str, int] = {}
+    for skipped in decision.skips:
+        counts[skipped.reason.value] = counts.get(skipped.reason.value, 0) + skipped.count
+    return counts
+
+
+def event_reasons(decision: Decision) -> list[str]:
+    return [event.reason for event in decision.events]
+
+
+def names(items: Iterable[Any]) -> list[str]:
+    """The job_name of each PlannedRun / PlannedDeletion, in order."""
+    return [item.job_name for item in items]

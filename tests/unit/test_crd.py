@@ -1,0 +1,155 @@
+"""Structural checks of the ScheduledJob CustomResourceDefinition (no API server needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "cronlease.io_scheduledjobs.yaml"
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_PATH.read_text())
+
+
+@pytest.fixture(scope="module")
+def version(crd: dict[str, Any]) -> dict[str, Any]:
+    (only,) = crd["spec"]["versions"]
+    return only
+
+
+@pytest.fixture(scope="module")
+def schema(version: dict[str, Any]) -> dict[str, Any]:
+    return version["schema"]["openAPIV3Schema"]
+
+
+def walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every property schema below `node`, with its path, through items and maps too."""
+    for name, prop in node.get("properties", {}).items():
+        yield f"{path}.{name}", prop
+        yield from walk(prop, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from walk(node[key], f"{path}[]")
+
+
+def test_names_and_scope(crd: dict[str, Any]) -> None:
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["metadata"]["name"] == "scheduledjobs.cronlease.io"
+    assert crd["spec"]["group"] == "cronlease.io"
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert crd["spec"]["names"] == {
+        "kind": "ScheduledJob",
+        "listKind": "ScheduledJobList",
+        "plural": "scheduledjobs",
+        "singular": "scheduledjob",
+        "shortNames": ["sj"],
+    }
+
+
+def test_version_and_status_subresource(version: dict[str, Any]) -> None:
+    assert version["name"] == "v1alpha1"
+    assert version["served"] is True
+    assert version["storage"] is True
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns(version: dict[str, Any]) -> None:
+    columns = [
+        (c["name"].upper(), c["jsonPath"], c["type"], c.get("priority", 0))
+        for c in version["additionalPrinterColumns"]
+    ]
+    assert columns == [
+        ("SCHEDULE", ".spec.schedule", "string", 0),
+        ("TIMEZONE", ".spec.timeZone", "string", 0),
+        ("SUSPEND", ".spec.suspend", "boolean", 0),
+        ("ACTIVE", ".status.activeCount", "integer", 0),
+        ("LAST SCHEDULE", ".status.lastScheduleTime", "date", 0),
+        # Future instants: a date column would print "<invalid>".
+        ("NEXT", ".status.nextScheduleTime", "string", 0),
+        ("AGE", ".metadata.creationTimestamp", "date", 0),
+        ("LAST SUCCESS", ".status.lastSuccessfulTime", "date", 1),
+        ("READY", '.status.conditions[?(@.type=="Ready")].status', "string", 1),
+        ("RUN AT", ".spec.runAt", "string", 1),
+    ]
+
+
+def test_every_property_is_described(schema: dict[str, Any]) -> None:
+    assert schema.get("description")
+    # The API server forbids a description on the root metadata (kubectl shows ObjectMeta's).
+    missing = [p for p, s in walk(schema, "") if not s.get("description") and p != ".metadata"]
+    assert missing == []
+
+
+def test_required_fields(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]
+    assert schema["required"] == ["spec"]
+    assert spec["required"] == ["jobTemplate"]
+    assert spec["properties"]["jobTemplate"]["required"] == ["spec"]
+    job_spec = spec["properties"]["jobTemplate"]["properties"]["spec"]
+    assert job_spec["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_defaults_and_bounds(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]["properties"]
+    defaults = {name: prop["default"] for name, prop in spec.items() if "default" in prop}
+    assert defaults == {
+        "timeZone": "UTC",
+        "concurrencyPolicy": "Allow",
+        "suspend": False,
+        "successfulJobsHistoryLimit": 3,
+        "failedJobsHistoryLimit": 1,
+    }
+    assert spec["concurrencyPolicy"]["enum"] == ["Allow", "Forbid", "Replace"]
+    assert spec["runAt"]["format"] == "date-time"
+    for path, prop in walk(schema, ""):
+        if prop.get("type") == "integer":
+            assert prop.get("minimum") == 0, path
+    assert spec["startingDeadlineSeconds"]["maximum"] == 31536000
+    assert spec["successfulJobsHistoryLimit"]["maximum"] == 100
+    assert spec["failedJobsHistoryLimit"]["maximum"] == 100
+
+
+def test_cel_rules(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]
+    assert {
+        "rule": "self.metadata.name.size() <= 52",
+        "message": "metadata.name: must be no more than 52 characters "
+        "(Job names append an 11-character suffix)",
+        "fieldPath": ".metadata.name",
+    } in schema["x-kubernetes-validations"]
+    assert {
+        "rule": "has(self.schedule) != has(self.runAt)",
+        "message": "spec: set exactly one of schedule and runAt",
+    } in spec["x-kubernetes-validations"]
+    nodes = [("", schema), *walk(schema, "")]
+    for path, node in nodes:
+        for rule in node.get("x-kubernetes-validations", []):
+            # Every rule explains itself on one line, naming the field it is about.
+            assert "\n" not in rule["message"], path
+            named = path.rsplit(".", 1)[-1] + rule.get("fieldPath", "")
+            assert rule["message"].split(":")[0].endswith(named.lstrip(".")), path
+            # A bounded string keeps the CEL cost estimate small.
+            if node.get("type") == "string":
+                assert node.get("maxLength"), path
+
+
+def test_status(schema: dict[str, Any]) -> None:
+    status = schema["properties"]["status"]["properties"]
+    conditions = status["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert conditions["items"]["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+    assert status["active"]["x-kubernetes-list-type"] == "atomic"
+    assert status["recentRuns"]["maxItems"] == 10
+    run = status["recentRuns"]["items"]["properties"]
+    assert run["trigger"]["enum"] == ["Schedule", "Manual"]
+    assert run["result"]["enum"] == ["Active", "Succeeded", "Failed", "Deleted"]
+    assert status["slotsSkipped"]["additionalProperties"]["format"] == "int64"
+    for name in ("lastScheduleTime", "lastSuccessfulTime", "nextScheduleTime", "processedUntil"):
+        assert status[name]["format"] == "date-time"
