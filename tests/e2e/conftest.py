@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_process import REPO, OperatorProcess
 
 from devcluster import Cluster, ensure_cluster, start_kwok, stop_cluster
 from devcluster.cluster import create_fake_node
@@ -64,3 +65,38 @@ def namespace(kube: Kube) -> Iterator[str]:
     yield name
     with contextlib.suppress(Exception):
         kube.run("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="session")
+def crd(kube: Kube) -> str:
+    """The ScheduledJob CRD, installed from crds/ and Established."""
+    kube.run("apply", "-f", str(REPO / "crds"))
+    kube.run(
+        "wait", "--for=condition=Established", "crd/scheduledjobs.cronlease.io", "--timeout=60s"
+    )
+    wait_for(
+        lambda: kube.run("get", "scheduledjobs", "-A", check=False).returncode == 0,
+        30,
+        "the scheduledjobs resource to be served",
+    )
+    return "scheduledjobs.cronlease.io"
+
+
+@pytest.fixture(scope="session")
+def operator_process(
+    k8s_cluster: Any, crd: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """One operator for the session, as a separate process; tests may stop and restart it."""
+    log_dir = Path(tmp_path_factory.mktemp("operator"))
+    process = OperatorProcess(Path(k8s_cluster.kubeconfig), log_dir)
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def operator(operator_process: OperatorProcess) -> OperatorProcess:
+    """The session's operator, running at the start of the test (restarted if a test stopped it)."""
+    if not operator_process.running:
+        operator_process.start()
+    return operator_process

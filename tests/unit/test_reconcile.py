@@ -1112,6 +1112,7 @@ def test_condition_transition_time_moves_only_when_the_status_changes() -> None:
 
 # --- 14. idempotence -----------------------------------------------------------------------------
 
+
 def _scenario(name: str) -> tuple[ScheduledJobView, list[JobInfo], datetime]:
     deadline = spec(startingDeadlineSeconds=60)
     forbid = spec(concurrencyPolicy="Forbid")

@@ -1,0 +1,452 @@
+"""ScheduledJob behaviour against the real control plane, with the operator as its own process.
+
+Schedules are in seconds so the suite stays fast; kwok plays each pod for the duration in its
+annotation. Every wait is on a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from operator_process import OperatorProcess
+
+from kube import Kube, condition, pod_template, wait_for
+
+LABEL = "cronlease.io/scheduledjob"
+
+
+def scheduledjob(name: str, namespace: str, duration: str = "0s", **spec: Any) -> dict[str, Any]:
+    result = spec.pop("result", "Succeeded")
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "jobTemplate": {
+                "spec": {"backoffLimit": 0, "template": pod_template(duration, result)}
+            },
+            **spec,
+        },
+    }
+
+
+def jobs_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    return kube.items("jobs", namespace, f"{LABEL}={name}")
+
+
+def is_active(job: dict[str, Any]) -> bool:
+    finished = condition(job, "Complete") == "True" or condition(job, "Failed") == "True"
+    return not finished and not job["metadata"].get("deletionTimestamp")
+
+
+def status_of(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    obj = kube.get("scheduledjob", name, namespace) or {}
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def events_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={name},involvedObject.kind=ScheduledJob"
+    items: list[dict[str, Any]] = kube.json(
+        "get", "events", "-n", namespace, "--field-selector", selector
+    )["items"]
+    return items
+
+
+def reasons(kube: Kube, namespace: str, name: str) -> set[str]:
+    return {event["reason"] for event in events_of(kube, namespace, name)}
+
+
+def scheduled_at(job: dict[str, Any]) -> datetime:
+    text = job["metadata"]["annotations"]["cronlease.io/scheduled-at"]
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def wait_until(instant: datetime) -> None:
+    """Let wall-clock time pass up to `instant`: the scenario needs slots to go by (not a sync)."""
+    remaining = (instant - datetime.now(UTC)).total_seconds()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+# --- runs on schedule, exactly once per slot ---------------------------------------------------
+
+
+def test_seconds_schedule_runs_each_slot_once_and_writes_status(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(
+        scheduledjob("tick", namespace, schedule="*/2 * * * * *", successfulJobsHistoryLimit=10)
+    )
+    jobs = wait_for(
+        lambda: (j := jobs_of(kube, namespace, "tick")) and len(j) >= 3 and j, 20, "3 Jobs"
+    )
+    slots = sorted(scheduled_at(job) for job in jobs)
+    assert len(set(slots)) == len(slots), "one Job per slot"
+    assert all(slot.second % 2 == 0 for slot in slots)
+    for job in jobs:
+        meta = job["metadata"]
+        assert meta["name"] == f"tick-{int(scheduled_at(job).timestamp())}"
+        owner = meta["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("ScheduledJob", "tick", True)
+        assert meta["labels"][LABEL] == "tick"
+    status = wait_for(
+        lambda: (s := status_of(kube, namespace, "tick")).get("lastSuccessfulTime") and s,
+        15,
+        "status",
+    )
+    assert status["runsCreated"] >= 3
+    assert status["nextScheduleTime"] > status["lastScheduleTime"]
+    assert condition({"status": status}, "Ready") == "True"
+    lags = [run["lagSeconds"] for run in status["recentRuns"]]
+    assert lags
+    assert max(lags) < 1.0, lags
+    assert "SuccessfulCreate" in reasons(kube, namespace, "tick")
+
+
+def test_printer_columns(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+    kube.apply(scheduledjob("cols", namespace, schedule="*/2 * * * * *", timeZone="Europe/Berlin"))
+    wait_for(lambda: status_of(kube, namespace, "cols").get("lastScheduleTime"), 15, "a first run")
+    table = kube.run("get", "sj", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == [
+        "NAME",
+        "SCHEDULE",
+        "TIMEZONE",
+        "SUSPEND",
+        "ACTIVE",
+        "LAST",
+        "SCHEDULE",
+        "NEXT",
+        "AGE",
+    ]
+    assert table[1].split()[:7] == ["cols", "*/2", "*", "*", "*", "*", "*"]
+    assert "Europe/Berlin" in table[1]
+    wide = kube.run("get", "sj", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert "LAST SUCCESS" in wide[0]
+    assert "READY" in wide[0]
+
+
+# --- concurrency policies on live Jobs ----------------------------------------------------------
+
+
+def test_allow_runs_overlapping_jobs(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+    kube.apply(scheduledjob("allow", namespace, duration="6s", schedule="*/2 * * * * *"))
+    wait_for(
+        lambda: sum(is_active(j) for j in jobs_of(kube, namespace, "allow")) >= 2,
+        20,
+        "2 overlapping Jobs",
+    )
+
+
+def test_forbid_skips_and_records_slots_while_a_job_is_active(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(
+        scheduledjob(
+            "forbid", namespace, duration="7s", schedule="*/2 * * * * *", concurrencyPolicy="Forbid"
+        )
+    )
+    deadline = time.monotonic() + 16
+    while time.monotonic() < deadline:
+        active = [j for j in jobs_of(kube, namespace, "forbid") if is_active(j)]
+        assert len(active) <= 1, [j["metadata"]["name"] for j in active]
+    status = status_of(kube, namespace, "forbid")
+    assert status["slotsSkipped"].get("ConcurrencyForbid", 0) >= 2
+    assert status["runsCreated"] >= 2
+    assert "SkippedConcurrencyForbid" in reasons(kube, namespace, "forbid")
+
+
+def test_replace_deletes_the_active_job_and_starts_a_new_one(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(
+        scheduledjob(
+            "replace",
+            namespace,
+            duration="60s",
+            schedule="*/3 * * * * *",
+            concurrencyPolicy="Replace",
+        )
+    )
+    first = wait_for(lambda: jobs_of(kube, namespace, "replace"), 15, "a first Job")[0]["metadata"][
+        "name"
+    ]
+
+    def replaced() -> bool:
+        names = {j["metadata"]["name"] for j in jobs_of(kube, namespace, "replace") if is_active(j)}
+        return bool(names) and first not in names
+
+    wait_for(replaced, 20, "the first Job to be replaced")
+    assert "SuccessfulDelete" in reasons(kube, namespace, "replace")
+    active = [j for j in jobs_of(kube, namespace, "replace") if is_active(j)]
+    assert len(active) == 1
+
+
+# --- deadlines, suspend, edits -----------------------------------------------------------------
+
+
+def test_deadline_skip_after_operator_downtime_is_recorded(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(scheduledjob("late", namespace, schedule="*/2 * * * * *", startingDeadlineSeconds=0))
+    wait_for(lambda: status_of(kube, namespace, "late").get("runsCreated"), 15, "a first run")
+    operator.stop(signal.SIGKILL)
+    stopped = datetime.now(UTC)
+    created_before = {j["metadata"]["name"] for j in jobs_of(kube, namespace, "late")}
+    wait_until(stopped + timedelta(seconds=5))  # at least two slots pass with nobody running
+    operator.start()
+    skipped = wait_for(
+        lambda: status_of(kube, namespace, "late").get("slotsSkipped", {}).get("DeadlineExceeded"),
+        15,
+        "the missed slots to be recorded",
+    )
+    assert skipped >= 2
+    assert "SkippedDeadlineExceeded" in reasons(kube, namespace, "late")
+    # Nothing from the downtime ran late: every new Job's slot is after the restart began.
+    restarted = stopped + timedelta(seconds=5)
+    wait_for(
+        lambda: len(jobs_of(kube, namespace, "late")) > len(created_before),
+        15,
+        "runs after the restart",
+    )
+    for job in jobs_of(kube, namespace, "late"):
+        if job["metadata"]["name"] not in created_before:
+            assert scheduled_at(job) >= restarted - timedelta(seconds=1), job["metadata"]["name"]
+
+
+def test_deadline_zero_runs_on_time_slots(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """CronJob with startingDeadlineSeconds: 0 never runs; ours runs every on-time slot."""
+    kube.apply(scheduledjob("zero", namespace, schedule="*/2 * * * * *", startingDeadlineSeconds=0))
+    wait_for(lambda: len(jobs_of(kube, namespace, "zero")) >= 3, 20, "3 on-time runs")
+
+
+def test_suspend_skips_and_records_and_resume_runs_nothing_retroactively(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(
+        scheduledjob("pause", namespace, schedule="*/2 * * * * *", successfulJobsHistoryLimit=20)
+    )
+    wait_for(lambda: jobs_of(kube, namespace, "pause"), 15, "a first run")
+    kube.run(
+        "patch", "sj", "pause", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
+    suspended = wait_for(
+        lambda: (
+            (s := status_of(kube, namespace, "pause")).get("slotsSkipped", {}).get("Suspended", 0)
+            >= 2
+            and s
+        ),
+        15,
+        "suspended slots to be recorded",
+    )
+    assert condition({"status": suspended}, "Suspended") == "True"
+    assert suspended.get("nextScheduleTime") is None
+    count = len(jobs_of(kube, namespace, "pause"))
+    resumed_at = datetime.now(UTC)
+    kube.run(
+        "patch", "sj", "pause", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
+    )
+    wait_for(lambda: len(jobs_of(kube, namespace, "pause")) > count, 15, "runs after resuming")
+    after = sorted(scheduled_at(j) for j in jobs_of(kube, namespace, "pause"))[count:]
+    assert all(slot >= resumed_at - timedelta(seconds=1) for slot in after), after
+    assert condition({"status": status_of(kube, namespace, "pause")}, "Suspended") == "False"
+
+
+def test_schedule_edit_never_runs_a_slot_retroactively(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    hour = (datetime.now(UTC) - timedelta(minutes=30)).hour
+    # Daily at a time 30 minutes ago: a naive controller would see a due slot right after the edit.
+    kube.apply(scheduledjob("edit", namespace, schedule="0 0 1 1 *"))
+    wait_for(
+        lambda: status_of(kube, namespace, "edit").get("observedSchedule"), 15, "the first decision"
+    )
+    kube.run(
+        "patch",
+        "sj",
+        "edit",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        f'{{"spec":{{"schedule":"* {hour} * * *"}}}}',
+    )
+    wait_for(
+        lambda: "ScheduleChanged" in reasons(kube, namespace, "edit"), 15, "the edit to be noticed"
+    )
+    assert jobs_of(kube, namespace, "edit") == []
+
+
+# --- history ----------------------------------------------------------------------------------
+
+
+def test_history_limits_keep_the_newest_finished_jobs(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(
+        scheduledjob(
+            "hist",
+            namespace,
+            schedule="*/2 * * * * *",
+            successfulJobsHistoryLimit=2,
+            failedJobsHistoryLimit=1,
+        )
+    )
+    wait_for(lambda: status_of(kube, namespace, "hist").get("runsCreated", 0) >= 5, 20, "5 runs")
+
+    def trimmed() -> list[dict[str, Any]] | None:
+        finished = [j for j in jobs_of(kube, namespace, "hist") if not is_active(j)]
+        return finished if len(finished) <= 2 else None
+
+    kept = wait_for(trimmed, 10, "history to be trimmed to 2")
+    newest = max(scheduled_at(j) for j in jobs_of(kube, namespace, "hist"))
+    assert all(newest - scheduled_at(j) <= timedelta(seconds=6) for j in kept)
+    kube.apply(
+        scheduledjob(
+            "hist-failed",
+            namespace,
+            schedule="*/2 * * * * *",
+            result="Failed",
+            failedJobsHistoryLimit=1,
+        )
+    )
+    wait_for(
+        lambda: status_of(kube, namespace, "hist-failed").get("runsCreated", 0) >= 3,
+        20,
+        "3 failing runs",
+    )
+    wait_for(
+        lambda: len([j for j in jobs_of(kube, namespace, "hist-failed") if not is_active(j)]) == 1,
+        10,
+        "failed history trimmed to 1",
+    )
+
+
+# --- run-now and one-off runs -----------------------------------------------------------------
+
+
+def test_run_now_runs_once_per_token(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+    kube.apply(scheduledjob("manual", namespace, schedule="0 0 1 1 *"))
+    wait_for(
+        lambda: status_of(kube, namespace, "manual").get("observedSchedule"),
+        15,
+        "the first decision",
+    )
+    kube.run("annotate", "sj", "manual", "-n", namespace, "cronlease.io/run-now=first")
+    jobs = wait_for(lambda: jobs_of(kube, namespace, "manual"), 10, "the manual run")
+    assert len(jobs) == 1
+    assert jobs[0]["metadata"]["annotations"]["cronlease.io/trigger"] == "Manual"
+    wait_for(
+        lambda: status_of(kube, namespace, "manual").get("runNowToken") == "first", 10, "the ack"
+    )
+    # Re-applying the same token does nothing; a new token runs again.
+    kube.run(
+        "annotate", "--overwrite", "sj", "manual", "-n", namespace, "cronlease.io/run-now=first"
+    )
+    kube.run(
+        "annotate", "--overwrite", "sj", "manual", "-n", namespace, "cronlease.io/run-now=second"
+    )
+    wait_for(lambda: len(jobs_of(kube, namespace, "manual")) == 2, 10, "the second manual run")
+    wait_for(
+        lambda: status_of(kube, namespace, "manual").get("runNowToken") == "second", 10, "the ack"
+    )
+    assert len(jobs_of(kube, namespace, "manual")) == 2
+
+
+def test_one_off_run_at_runs_once_then_completes(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    run_at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    kube.apply(scheduledjob("once", namespace, runAt=run_at.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    status = status_of(kube, namespace, "once")
+    jobs = wait_for(lambda: jobs_of(kube, namespace, "once"), 15, "the one-off run")
+    assert scheduled_at(jobs[0]) == run_at
+    created = datetime.fromisoformat(
+        jobs[0]["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+    )
+    assert created >= run_at - timedelta(seconds=1), "not before its time"
+    done = wait_for(
+        lambda: condition(kube.get("sj", "once", namespace), "Completed") == "True", 15, "Completed"
+    )
+    assert done
+    status = status_of(kube, namespace, "once")
+    assert status.get("nextScheduleTime") is None
+    assert len(jobs_of(kube, namespace, "once")) == 1
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"schedule": "61 * * * *"}, "schedule"),
+        ({"schedule": "every minute"}, "schedule"),
+        ({"schedule": "TZ=Europe/Berlin 0 9 * * *"}, "timeZone"),
+        ({"schedule": "* * * * *", "timeZone": "Mars/Olympus"}, "timeZone"),
+        (
+            {"schedule": "* * * * *", "runAt": "2030-01-01T00:00:00Z"},
+            "exactly one of schedule and runAt",
+        ),
+        ({}, "exactly one of schedule and runAt"),
+        ({"schedule": "* * * * *", "startingDeadlineSeconds": -1}, "startingDeadlineSeconds"),
+        ({"schedule": "* * * * *", "successfulJobsHistoryLimit": -1}, "successfulJobsHistoryLimit"),
+        ({"schedule": "* * * * *", "concurrencyPolicy": "Sometimes"}, "concurrencyPolicy"),
+    ],
+    ids=[
+        "minute-61",
+        "words",
+        "tz-prefix",
+        "unknown-zone",
+        "both",
+        "neither",
+        "negative-deadline",
+        "negative-history",
+        "bad-policy",
+    ],
+)
+def test_bad_specs_are_rejected_at_apply(
+    kube: Kube, namespace: str, crd: str, override: dict[str, Any], field: str
+) -> None:
+    manifest = scheduledjob("bad", namespace, **override)
+    result = kube.run("apply", "-f", "-", stdin=json.dumps(manifest), check=False)
+    assert result.returncode != 0
+    assert field in result.stderr, result.stderr
+
+
+def test_selector_and_long_name_are_rejected_at_apply(kube: Kube, namespace: str, crd: str) -> None:
+    manifest = scheduledjob("sel", namespace, schedule="* * * * *")
+    manifest["spec"]["jobTemplate"]["spec"]["selector"] = {"matchLabels": {"a": "b"}}
+    result = kube.create(manifest, check=False)
+    assert result.returncode != 0
+    assert "selector" in result.stderr, result.stderr
+    long = scheduledjob("x" * 53, namespace, schedule="* * * * *")
+    result = kube.create(long, check=False)
+    assert result.returncode != 0
+    assert "52" in result.stderr, result.stderr
+
+
+def test_a_schedule_that_never_fires_is_reported_not_crashed_on(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(scheduledjob("feb30", namespace, schedule="0 0 30 2 *"))
+    kube.apply(scheduledjob("fine", namespace, schedule="*/2 * * * * *"))
+    invalid = wait_for(
+        lambda: condition(kube.get("sj", "feb30", namespace), "InvalidSpec") == "True",
+        15,
+        "InvalidSpec",
+    )
+    assert invalid
+    warnings = [e for e in events_of(kube, namespace, "feb30") if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["InvalidSpec"]
+    assert "never" in warnings[0]["message"]
+    # The operator keeps scheduling the valid one and is still alive.
+    wait_for(lambda: len(jobs_of(kube, namespace, "fine")) >= 2, 15, "the valid neighbour to run")
+    assert operator.running
