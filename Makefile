@@ -28,7 +28,8 @@ cluster-up: venv controlplane ## start the local control plane (reuses a running
 	$(BIN)/python -m devcluster up
 	@echo "try: KUBECONFIG=.cache/cluster/kubeconfig kubectl get nodes"
 
-cluster-down: venv ## stop the local control plane and delete its data
+cluster-down: venv ## stop the local control plane (and the demo's operator) and delete its data
+	-[ -f .cache/demo/operator.pid ] && kill "$$(cat .cache/demo/operator.pid)" 2>/dev/null; rm -f .cache/demo/operator.pid
 	$(BIN)/python -m devcluster down
 
 lint: venv ## ruff lint and format check
