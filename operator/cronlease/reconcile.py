@@ -38,6 +38,8 @@ ON_TIME_TOLERANCE = timedelta(seconds=1)
 RECENT_RUNS = 10
 # Due slots enumerated one by one; older ones (after a long outage) are only counted.
 MAX_ENUMERATED_SLOTS = 1000
+# Missed slots one decision may still run (within their deadline); older ones are superseded.
+MAX_CATCH_UP_RUNS = 100
 # status.observedSchedule of an invalid spec.
 INVALID = "<invalid>"
 # Sorts a Job without any timestamp as the oldest.
@@ -220,31 +222,38 @@ def _handle_due_slots(
     if spec.suspend:
         _skip(decision, SkipReason.SUSPENDED, len(due) + uncounted, due[-1])
         return
-    # Older missed slots are recorded, never silently dropped, and never run (CronJob semantics).
-    # Those only counted are older than due[0]: late if it is (else counted as superseded).
-    slot, older = due[-1], due[:-1]
-    slot_late = _late(spec, slot, now)
-    expired = [s for s in older if _late(spec, s, now)] + ([slot] if slot_late else [])
-    expired_count = len(expired) + (uncounted if _late(spec, due[0], now) else 0)
-    superseded_count = len(older) + uncounted + (1 if slot_late else 0) - expired_count
+    # Slots only counted (older than due[0]) are late if due[0] is, else superseded.
+    late = [slot for slot in due if _late(spec, slot, now)]
+    timely = due[len(late) :]  # ascending, so the late ones are a prefix
+    expired_count = len(late) + (uncounted if late else 0)
+    if (
+        spec.starting_deadline_seconds is not None
+        and spec.concurrency_policy is ConcurrencyPolicy.ALLOW
+    ):
+        # A slot still within its deadline is still worth running: after a failover or a short
+        # outage every one of them runs, so no slot is lost (CronJob would run only the newest).
+        runnable = timely[-MAX_CATCH_UP_RUNS:]
+    else:
+        # Without a deadline, or when runs may not overlap, only the newest runs (CronJob's rule).
+        runnable = timely[-1:]
+    superseded_count = len(timely) - len(runnable) + (0 if late else uncounted)
     if expired_count:
+        _skip(decision, SkipReason.DEADLINE_EXCEEDED, expired_count, late[-1] if late else due[0])
+    if superseded_count:
         _skip(
             decision,
-            SkipReason.DEADLINE_EXCEEDED,
-            expired_count,
-            expired[-1] if expired else due[0],
+            SkipReason.SUPERSEDED,
+            superseded_count,
+            timely[len(timely) - len(runnable) - 1],
         )
-    if superseded_count:
-        _skip(decision, SkipReason.SUPERSEDED, superseded_count, older[-1] if older else due[0])
-    if slot_late:
-        return
     # A runAt instant has seconds precision: naming it by minute could collide after an edit.
     with_seconds = spec.schedule.has_seconds if spec.schedule else True
-    name = scheduled_job_name(sj.name, slot, with_seconds)
-    if any(job.name == name for job in owned):
-        return  # created before a crash that lost the cursor: the slot is done
-    if _admit(spec, owned, decision, slot, TRIGGER_SCHEDULE):
-        decision.runs.append(PlannedRun(name, slot, TRIGGER_SCHEDULE))
+    for slot in runnable:
+        name = scheduled_job_name(sj.name, slot, with_seconds)
+        if any(job.name == name for job in owned):
+            continue  # created before a crash that lost the cursor: the slot is done
+        if _admit(spec, owned, decision, slot, TRIGGER_SCHEDULE):
+            decision.runs.append(PlannedRun(name, slot, TRIGGER_SCHEDULE))
 
 
 def _admit(

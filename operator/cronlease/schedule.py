@@ -55,7 +55,7 @@ _NAMED_VALUES = {name: number for number, name in enumerate(_WEEKDAYS)} | {
 _HOST_ZONES = frozenset({"local", "localtime", "posixrules"})
 # Fixed (not "now") so that parse() accepts or rejects an expression the same way forever.
 _FIRES_ANCHOR = datetime(2025, 1, 1, tzinfo=UTC)
-# Long enough for Feb 29 (every 4 years, 8 around 2100), short enough to reject Feb 30.
+# From the anchor, Feb 29 is 3 years away (the 8-year gap is around 2100), Feb 30 never.
 _FIRES_HORIZON = timedelta(days=5 * 366)
 _COUNT_CAP = 1_000_000
 _SECOND = timedelta(seconds=1)

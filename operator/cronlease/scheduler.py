@@ -15,7 +15,7 @@ import itertools
 import logging
 import time
 from collections.abc import Coroutine
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease import metrics
@@ -25,13 +25,15 @@ from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
-from cronlease.naming import LABEL_SCHEDULEDJOB, TRIGGER_SCHEDULE
+from cronlease.naming import LABEL_SCHEDULEDJOB, TRIGGER_SCHEDULE, parse_time
 from cronlease.reconcile import Decision, PlannedRun, ScheduledJobView, decide
 
 log = logging.getLogger(__name__)
 
 WAKE_CAP = 5.0
 MAX_BACKOFF = 60.0
+# A cursor this far behind means a long catch-up, decided in a worker thread.
+LONG_CATCH_UP = timedelta(minutes=10)
 
 
 class NotLeading(Exception):
@@ -158,7 +160,13 @@ class Scheduler:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
         sj = ScheduledJobView.from_object(obj)
-        decision = decide(sj, self.model.jobs_of(sj.uid), datetime.now(UTC))
+        jobs, now = self.model.jobs_of(sj.uid), datetime.now(UTC)
+        behind = parse_time(sj.status.get("processedUntil"))
+        if behind is not None and now - behind > LONG_CATCH_UP:
+            # Enumerating hours of missed slots takes CPU seconds: keep the loop responsive.
+            decision = await asyncio.to_thread(decide, sj, jobs, now)
+        else:
+            decision = decide(sj, jobs, now)
         await self._apply(sj, obj, decision)
         return decision.wake_at.timestamp() if decision.wake_at else None
 

@@ -41,6 +41,7 @@ from builders import (
 from cronlease.jobs import JobInfo, JobState
 from cronlease.naming import TRIGGER_MANUAL, TRIGGER_SCHEDULE, format_time, manual_job_name
 from cronlease.reconcile import (
+    MAX_CATCH_UP_RUNS,
     MAX_ENUMERATED_SLOTS,
     ON_TIME_TOLERANCE,
     RECENT_RUNS,
@@ -131,7 +132,7 @@ def test_processed_slots_are_not_due_again() -> None:
         pytest.param(spec(), spec(timeZone="Europe/Berlin"), True, id="time-zone"),
         pytest.param(run_at_spec(utc(2026, 1, 5, 9, 15)), spec(), True, id="run-at-to-schedule"),
         pytest.param(spec(), spec(timeZone="UTC"), False, id="explicit-utc-is-no-edit"),
-        pytest.param(spec(), spec(startingDeadlineSeconds=7200), False, id="deadline-no-edit"),
+        pytest.param(spec(), spec(startingDeadlineSeconds=3000), False, id="deadline-no-edit"),
         pytest.param(spec(), spec(concurrencyPolicy="Forbid"), False, id="policy-no-edit"),
     ],
 )
@@ -179,23 +180,25 @@ def test_schedule_edit_is_reported_once() -> None:
     assert second.status["processedUntil"] == ts(now)
 
 
-# --- 3. missed slots: only the most recent runs --------------------------------------------------
+# --- 3. missed slots: within the deadline all run (Allow), else the newest; the rest recorded ----
 
 
 @pytest.mark.parametrize(
-    ("deadline", "run_slots", "skipped"),
+    ("deadline", "policy", "run_slots", "skipped"),
     [
-        pytest.param(None, [H12], {SUPERSEDED: 2}, id="no-deadline"),
-        pytest.param(600, [H12], {DEADLINE: 2}, id="older-slots-past-deadline"),
-        pytest.param(4000, [H12], {DEADLINE: 1, SUPERSEDED: 1}, id="mixed"),
-        pytest.param(60, [], {DEADLINE: 3}, id="all-past-deadline"),
-        pytest.param(0, [], {DEADLINE: 3}, id="deadline-zero-all-late"),
+        pytest.param(None, "Allow", [H12], {SUPERSEDED: 2}, id="no-deadline"),
+        pytest.param(600, "Allow", [H12], {DEADLINE: 2}, id="older-slots-past-deadline"),
+        pytest.param(4000, "Allow", [H11, H12], {DEADLINE: 1}, id="mixed-allow-catches-up"),
+        pytest.param(4000, "Forbid", [H12], {DEADLINE: 1, SUPERSEDED: 1}, id="mixed-forbid"),
+        pytest.param(4000, "Replace", [H12], {DEADLINE: 1, SUPERSEDED: 1}, id="mixed-replace"),
+        pytest.param(60, "Allow", [], {DEADLINE: 3}, id="all-past-deadline"),
+        pytest.param(0, "Allow", [], {DEADLINE: 3}, id="deadline-zero-all-late"),
     ],
 )
 def test_missed_slots_run_the_latest_and_record_the_rest(
-    deadline: int | None, run_slots: list[datetime], skipped: dict[str, int]
+    deadline: int | None, policy: str, run_slots: list[datetime], skipped: dict[str, int]
 ) -> None:
-    raw = spec(startingDeadlineSeconds=deadline)
+    raw = spec(startingDeadlineSeconds=deadline, concurrencyPolicy=policy)
     now = utc(2026, 1, 5, 12, 5)
 
     decision = decide(view(raw, status=processed(raw, H09)), [], now)
@@ -209,7 +212,7 @@ def test_missed_slots_run_the_latest_and_record_the_rest(
 
 
 def test_skipped_slots_carry_the_latest_slot_of_each_reason() -> None:
-    raw = spec(startingDeadlineSeconds=4000)
+    raw = spec(startingDeadlineSeconds=4000, concurrencyPolicy="Forbid")
 
     decision = decide(view(raw, status=processed(raw, H09)), [], utc(2026, 1, 5, 12, 5))
 
@@ -250,16 +253,16 @@ def test_skip_counters_accumulate_in_status() -> None:
 
 
 @pytest.mark.parametrize(
-    ("deadline", "skipped"),
+    ("deadline", "runs", "skipped"),
     [
-        pytest.param(None, {SUPERSEDED: 1499}, id="no-deadline"),
-        # Slots 1..60 minutes old are within 3600 s + 1 s; the 1439 older ones are not, and that
-        # includes the ones beyond MAX_ENUMERATED_SLOTS that are only counted.
-        pytest.param(3600, {DEADLINE: 1439, SUPERSEDED: 60}, id="deadline"),
+        pytest.param(None, 1, {SUPERSEDED: 1499}, id="no-deadline"),
+        # Slots 0..60 minutes old are within 3600 s + 1 s and all run; the 1439 older ones are
+        # not, and that includes the ones beyond MAX_ENUMERATED_SLOTS that are only counted.
+        pytest.param(3600, 61, {DEADLINE: 1439}, id="deadline"),
     ],
 )
 def test_long_outage_counts_slots_beyond_the_enumeration_limit(
-    deadline: int | None, skipped: dict[str, int]
+    deadline: int | None, runs: int, skipped: dict[str, int]
 ) -> None:
     raw = spec(schedule="* * * * *", startingDeadlineSeconds=deadline)
     now = utc(2026, 1, 5, 12, 0)
@@ -267,9 +270,22 @@ def test_long_outage_counts_slots_beyond_the_enumeration_limit(
 
     decision = decide(view(raw, status=processed(raw, now - timedelta(minutes=1500))), [], now)
 
-    assert [run.slot for run in decision.runs] == [now]
+    assert [run.slot for run in decision.runs] == [
+        now - timedelta(minutes=minutes) for minutes in reversed(range(runs))
+    ]
     assert skip_counts(decision) == skipped
     assert decision.status["processedUntil"] == ts(now)
+
+
+def test_catch_up_within_the_deadline_is_capped_and_the_rest_superseded() -> None:
+    raw = spec(schedule="* * * * * *", startingDeadlineSeconds=3600)
+    now = utc(2026, 1, 5, 12, 0)
+
+    decision = decide(view(raw, status=processed(raw, now - seconds(3000))), [], now)
+
+    assert len(decision.runs) == MAX_CATCH_UP_RUNS
+    assert decision.runs[-1].slot == now
+    assert skip_counts(decision) == {SUPERSEDED: 3000 - MAX_CATCH_UP_RUNS}
 
 
 # --- 4. the upstream CronJob bug case ------------------------------------------------------------
