@@ -106,13 +106,19 @@ class KubeApi:
             "GET", _path(f"{GROUP}/{VERSION}", PLURAL, namespace), query=query
         )
 
-    async def patch_status(
-        self, namespace: str, name: str, status: dict[str, Any]
-    ) -> dict[str, Any]:
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+    async def get_scheduledjob(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.request(
-            "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
+            "GET", _path(f"{GROUP}/{VERSION}", PLURAL, namespace) + f"/{name}"
         )
+
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """A merge patch conditional on resource_version: a decision made on a stale copy is
+        refused with 409 instead of overwriting newer status (the cursor must never go back)."""
+        path = _path(f"{GROUP}/{VERSION}", PLURAL, namespace) + f"/{name}/status"
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        return await self.request("PATCH", path, body, content_type="application/merge-patch+json")
 
     # Events
 

@@ -20,6 +20,10 @@ class Leadership(Protocol):
 
     async def wait_leading(self) -> None: ...
 
+    async def verify(self) -> bool:
+        """Re-check with the API server after a write was refused as stale."""
+        ...
+
 
 class SoleLeader:
     """Always the leader, with token 0: there is nobody to fence against."""
@@ -36,3 +40,6 @@ class SoleLeader:
 
     async def wait_leading(self) -> None:
         await asyncio.sleep(0)
+
+    async def verify(self) -> bool:
+        return True

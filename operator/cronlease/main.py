@@ -19,8 +19,9 @@ import kopf
 import prometheus_client
 
 from cronlease import handlers
+from cronlease.election import ElectionConfig, LeaseElector
 from cronlease.kube import KubeApi, load_config
-from cronlease.leadership import SoleLeader
+from cronlease.leadership import Leadership, SoleLeader
 from cronlease.scheduler import Scheduler
 
 log = logging.getLogger("cronlease")
@@ -47,6 +48,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-concurrency", type=int, default=64, help="ScheduledJobs reconciled at once"
     )
+    election = parser.add_argument_group("leader election")
+    election.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="elect one active replica through a Lease (default: on)",
+    )
+    election.add_argument("--lease-name", default="cronlease-leader")
+    election.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
+    )
+    election.add_argument("--lease-duration", type=float, default=15.0, help="seconds")
+    election.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
+    election.add_argument("--retry-period", type=float, default=2.0, help="seconds")
+    parser.add_argument(
+        "--test-hold-before-create", type=float, default=0.0, help=argparse.SUPPRESS
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser.parse_args(argv)
 
@@ -62,13 +82,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(run(args))
 
 
+def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Leadership:
+    if not args.leader_election:
+        return SoleLeader(identity)
+    config = ElectionConfig(
+        namespace=args.lease_namespace,
+        lease_name=args.lease_name,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+    )
+    return LeaseElector(api, identity, config)
+
+
 async def run(args: argparse.Namespace) -> None:
     identity = f"{args.identity}-{uuid.uuid4().hex[:6]}"
     api = KubeApi(await load_config(args.max_concurrency))
     namespaces = tuple(args.namespace)
-    scheduler = Scheduler(api, SoleLeader(identity), namespaces, args.max_concurrency)
+    leadership = leadership_from(args, api, identity)
+    scheduler = Scheduler(
+        api, leadership, namespaces, args.max_concurrency, args.test_hold_before_create
+    )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, scheduler)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def hand_over() -> None:
+        """Stop acting first, then give the Lease up so a standby takes over at once."""
+        for task in tasks:
+            task.cancel()
+        if isinstance(leadership, LeaseElector):
+            await leadership.release()
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -83,10 +127,17 @@ async def run(args: argparse.Namespace) -> None:
         settings.watching.client_timeout = 330
         settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]
 
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        """kopf runs this first when SIGTERM or SIGINT arrives."""
+        await hand_over()
+
     host, port = args.metrics_bind.rsplit(":", 1)
     prometheus_client.start_http_server(int(port), addr=host)
     log.info("cronlease %s starting; namespaces: %s", identity, ", ".join(namespaces) or "all")
-    loop_task = asyncio.create_task(scheduler.run(), name="scheduler")
+    tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
+    if isinstance(leadership, LeaseElector):
+        tasks.append(asyncio.create_task(leadership.run(), name="election"))
     try:
         await kopf.operator(
             registry=registry,
@@ -96,7 +147,7 @@ async def run(args: argparse.Namespace) -> None:
             liveness_endpoint=f"http://{args.liveness_bind}/healthz",
         )
     finally:
-        loop_task.cancel()
+        await hand_over()  # a no-op if the cleanup handler did it
         await api.close()
 
 

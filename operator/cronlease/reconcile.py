@@ -116,6 +116,9 @@ class EventRecord:
 @dataclass
 class Decision:
     runs: list[PlannedRun] = field(default_factory=list)
+    # Due runs whose Job exists already: an earlier attempt created it but its status write was
+    # lost (a crash, a failover). Not created again; recorded now, so the record meets reality.
+    recorded: list[tuple[PlannedRun, JobInfo]] = field(default_factory=list)
     deletions: list[PlannedDeletion] = field(default_factory=list)
     skips: list[SkippedSlots] = field(default_factory=list)
     events: list[EventRecord] = field(default_factory=list)
@@ -249,11 +252,18 @@ def _handle_due_slots(
     # A runAt instant has seconds precision: naming it by minute could collide after an edit.
     with_seconds = spec.schedule.has_seconds if spec.schedule else True
     for slot in runnable:
-        name = scheduled_job_name(sj.name, slot, with_seconds)
-        if any(job.name == name for job in owned):
-            continue  # created before a crash that lost the cursor: the slot is done
-        if _admit(spec, owned, decision, slot, TRIGGER_SCHEDULE):
-            decision.runs.append(PlannedRun(name, slot, TRIGGER_SCHEDULE))
+        run = PlannedRun(scheduled_job_name(sj.name, slot, with_seconds), slot, TRIGGER_SCHEDULE)
+        if not _record_if_exists(decision, owned, run) and _admit(
+            spec, owned, decision, slot, TRIGGER_SCHEDULE
+        ):
+            decision.runs.append(run)
+
+
+def _record_if_exists(decision: Decision, owned: Sequence[JobInfo], run: PlannedRun) -> bool:
+    existing = next((job for job in owned if job.name == run.job_name), None)
+    if existing is not None:
+        decision.recorded.append((run, existing))
+    return existing is not None
 
 
 def _admit(
@@ -315,11 +325,11 @@ def _handle_run_now(
         decision.wake_at = now  # one run per decision; the request is handled right after
         return
     status["runNowToken"] = token
-    name = manual_job_name(sj.name, token)
-    if any(job.name == name for job in owned):
-        return
-    if _admit(spec, owned, decision, now, TRIGGER_MANUAL):
-        decision.runs.append(PlannedRun(name, now, TRIGGER_MANUAL, token))
+    run = PlannedRun(manual_job_name(sj.name, token), now, TRIGGER_MANUAL, token)
+    if not _record_if_exists(decision, owned, run) and _admit(
+        spec, owned, decision, now, TRIGGER_MANUAL
+    ):
+        decision.runs.append(run)
 
 
 def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decision) -> None:
@@ -365,7 +375,8 @@ def _write_status(
     status["activeCount"] = len(active)
     if cursor is not None:
         status["processedUntil"] = format_time(cursor)
-    scheduled = [run.slot for run in decision.runs if run.trigger == TRIGGER_SCHEDULE]
+    recorded = [run for run, _ in decision.recorded]
+    scheduled = [run.slot for run in [*decision.runs, *recorded] if run.trigger == TRIGGER_SCHEDULE]
     last_schedule = max([*scheduled, *_times(status.get("lastScheduleTime"))], default=None)
     if last_schedule is not None:
         status["lastScheduleTime"] = format_time(last_schedule)
@@ -377,7 +388,7 @@ def _write_status(
         status["lastSuccessfulTime"] = format_time(last_success)
     next_slot = None if spec.suspend else _next_slot(spec, cursor, now)
     status["nextScheduleTime"] = format_time(next_slot) if next_slot else None
-    status["runsCreated"] = int(status.get("runsCreated", 0)) + len(decision.runs)
+    status["runsCreated"] = int(status.get("runsCreated", 0)) + len(decision.runs) + len(recorded)
     skipped = dict(status.get("slotsSkipped") or {})
     for skip in decision.skips:
         skipped[skip.reason.value] = int(skipped.get(skip.reason.value, 0)) + skip.count
@@ -407,14 +418,16 @@ def _recent_runs(
         elif job is None and entry.get("result") == JobState.ACTIVE.value:
             entry["result"] = "Deleted"
         runs.append(entry)
-    for run in decision.runs:
+    new = [(run, now) for run in decision.runs]
+    new += [(run, job.created_at or now) for run, job in decision.recorded]
+    for run, created in sorted(new, key=lambda pair: pair[0].slot):
         runs.append(
             {
                 "slot": format_time(run.slot),
                 "job": run.job_name,
                 "trigger": run.trigger,
                 "result": JobState.ACTIVE.value,
-                "lagSeconds": round((now - run.slot).total_seconds(), 3),
+                "lagSeconds": round((created - run.slot).total_seconds(), 3),
             }
         )
     return runs[-RECENT_RUNS:]

@@ -14,9 +14,9 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from cronlease import metrics
 from cronlease.events import post_event
@@ -29,6 +29,7 @@ from cronlease.naming import LABEL_SCHEDULEDJOB, TRIGGER_SCHEDULE, parse_time
 from cronlease.reconcile import Decision, PlannedRun, ScheduledJobView, decide
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WAKE_CAP = 5.0
 MAX_BACKOFF = 60.0
@@ -44,6 +45,20 @@ class RetryLater(Exception):
     """A decision could not be applied in full; the object is retried with backoff."""
 
 
+class Stale(Exception):
+    """The decision was made on an outdated copy of the object; decide again at once."""
+
+
+# The fencing policy's refusals start with this (manifests/fencing.yaml, messageExpression).
+FENCING_MESSAGE = "cronlease fencing:"
+# Retries of a write refused as stale while we still hold the Lease (the policy's cache lags).
+FENCING_RETRIES = 6
+
+
+def is_fencing_refusal(error: ApiError) -> bool:
+    return error.status in (400, 403, 422) and FENCING_MESSAGE in error.body
+
+
 class Scheduler:
     def __init__(
         self,
@@ -51,6 +66,7 @@ class Scheduler:
         leadership: Leadership,
         namespaces: tuple[str, ...] = (),
         max_concurrency: int = 64,
+        test_hold_before_create: float = 0.0,
     ) -> None:
         self.api = api
         self.leadership = leadership
@@ -66,6 +82,9 @@ class Scheduler:
         self._pool = asyncio.Semaphore(max_concurrency)
         self._background: set[asyncio.Task[None]] = set()
         self._seeded = False
+        # Test hook: widen the window between the client-side check and the create, where a
+        # paused leader (GC, SIGSTOP) can lose its Lease unawares; the API server must fence it.
+        self._hold_before_create = test_hold_before_create
 
     # Planning wake-ups
 
@@ -134,6 +153,8 @@ class Scheduler:
         except NotLeading:
             log.info("%s/%s: not leading any more; leaving it to the new leader", *key)
             self._rerun.add(key)  # to be decided again if leadership comes back
+        except Stale:
+            self._rerun.add(key)  # the model now holds the fresh copy
         except Exception as error:  # one bad object must never stop the loop
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             backoff = min(2.0 ** (failures - 1), MAX_BACKOFF)
@@ -177,6 +198,23 @@ class Scheduler:
             metrics.rejected_writes.inc()
             raise NotLeading()
 
+    async def _fenced(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run one write; if the API server refuses it as stale, ask the Lease who leads: step
+        down if it is somebody else, else retry (right after a takeover the policy lags)."""
+        for attempt in range(FENCING_RETRIES):
+            try:
+                return await write()
+            except ApiError as error:
+                if not is_fencing_refusal(error):
+                    raise
+                metrics.rejected_writes.inc()
+                log.warning("write refused by the fencing policy: %s", error.message)
+                if not await self.leadership.verify():
+                    raise NotLeading() from error
+                await asyncio.sleep(0.05 * 2**attempt)
+                self._check_leading()
+        raise RetryLater("writes still refused as stale although we hold the Lease")
+
     async def _apply(self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision) -> None:
         for deletion in decision.deletions:
             self._check_leading()
@@ -203,8 +241,13 @@ class Scheduler:
     async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
         self._check_leading()
         job = build_job(sj, run, self.leadership.identity, self.leadership.token)
+        if self._hold_before_create:
+            log.warning(
+                "test hook: holding Job %s for %.1f s", run.job_name, self._hold_before_create
+            )
+            await asyncio.sleep(self._hold_before_create)
         try:
-            created = await self.api.create_job(job)
+            created = await self._fenced(lambda: self.api.create_job(job))
         except ApiError as error:
             if error.status == 409 and await self._adopt_existing(sj, run):
                 return
@@ -240,11 +283,18 @@ class Scheduler:
         # A merge patch deletes a key only when told to with null.
         patch = {**{field: None for field in current if field not in status}, **status}
         self._check_leading()
+        version = obj["metadata"]["resourceVersion"]
         try:
-            updated = await self.api.patch_status(sj.namespace, sj.name, patch)
+            updated = await self._fenced(
+                lambda: self.api.patch_status(sj.namespace, sj.name, patch, version)
+            )
         except ApiError as error:
             if error.status == 404:
                 return
+            if error.status == 409:
+                fresh = await self.api.get_scheduledjob(sj.namespace, sj.name)
+                self.model.upsert_scheduledjob(fresh)
+                raise Stale() from error
             metrics.reconcile_errors.labels("status").inc()
             raise RetryLater(f"writing status: {error}") from error
         self.model.upsert_scheduledjob(updated)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_process import REPO, OperatorProcess
+from operator_process import OPERATOR_NAMESPACE, REPO, OperatorProcess
 
 from devcluster import Cluster, ensure_cluster, start_kwok, stop_cluster
 from devcluster.cluster import create_fake_node
@@ -69,8 +69,10 @@ def namespace(kube: Kube) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def crd(kube: Kube) -> str:
-    """The ScheduledJob CRD, installed from crds/ and Established."""
-    kube.run("apply", "-f", str(REPO / "crds"))
+    """The ScheduledJob CRD, installed from crds/ and Established, and the fencing policy (the
+    operator's Lease lives in OPERATOR_NAMESPACE)."""
+    kube.run("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    kube.run("apply", "-f", str(REPO / "crds"), "-f", str(REPO / "manifests" / "fencing.yaml"))
     kube.run(
         "wait", "--for=condition=Established", "crd/scheduledjobs.cronlease.io", "--timeout=60s"
     )

@@ -13,6 +13,10 @@ from pathlib import Path
 from devcluster.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+OPERATOR_NAMESPACE = "cronlease-system"
+LEASE = "cronlease-leader"
+# Short leases keep failover tests fast; the ratios are the production defaults' (15/10/2 s).
+ELECTION = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
 
 
 class OperatorProcess:
@@ -39,6 +43,10 @@ class OperatorProcess:
                     sys.executable, "-m", "cronlease",
                     f"--metrics-bind=127.0.0.1:{self.metrics_port}",
                     f"--liveness-bind=127.0.0.1:{self.health_port}",
+                    f"--lease-namespace={OPERATOR_NAMESPACE}",
+                    f"--lease-duration={ELECTION['lease_duration']}",
+                    f"--renew-deadline={ELECTION['renew_deadline']}",
+                    f"--retry-period={ELECTION['retry_period']}",
                     *extra,
                 ],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -63,6 +71,27 @@ class OperatorProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"operator not healthy after {timeout} s; see {self.log_path}")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def identity(self) -> str | None:
+        """This replica's Lease identity (the pod name plus a random suffix), from the log of its
+        latest start (the log is appended to across restarts)."""
+        found = None
+        for line in self.log_path.read_text().splitlines():
+            if "cronlease " in line and " starting;" in line:
+                found = line.split("cronlease ", 1)[1].split(" starting;")[0]
+        return found
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def send(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 15) -> None:
         if self.process is None:

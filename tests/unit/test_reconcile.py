@@ -499,6 +499,11 @@ def test_existing_job_for_the_slot_is_not_created_again(state: JobState, policy:
     assert decision.events == []
     assert [d for d in decision.deletions if d.reason == "Replace"] == []
     assert decision.status["processedUntil"] == ts(H12)
+    # The earlier attempt's record was lost with the crash; this decision writes it.
+    assert [run.job_name for run, _ in decision.recorded] == [existing.name]
+    assert decision.status["runsCreated"] == 1
+    assert decision.status["lastScheduleTime"] == ts(H12)
+    assert decision.status["recentRuns"][-1]["job"] == existing.name
 
 
 # --- 9. Job names --------------------------------------------------------------------------------
@@ -644,6 +649,7 @@ def test_existing_manual_job_acknowledges_the_token_without_a_run() -> None:
 
     assert decision.runs == []
     assert decision.status["runNowToken"] == "tok-1"
+    assert decision.status["runsCreated"] == 1
 
 
 def test_run_now_waits_for_a_scheduled_run_in_the_same_decision() -> None:
