@@ -39,7 +39,7 @@ lint: venv ## ruff lint and format check
 typecheck: venv ## mypy --strict
 	$(BIN)/mypy
 
-unit: venv ## unit tests (no cluster)
+unit: venv controlplane ## unit tests (no cluster; the chart tests use the built helm)
 	$(PYTEST) tests/unit
 
 e2e: venv controlplane ## end-to-end tests against the real control plane (started if needed)

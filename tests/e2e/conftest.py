@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_process import OPERATOR_NAMESPACE, REPO, OperatorProcess
 
 from devcluster import Cluster, ensure_cluster, start_kwok, stop_cluster
 from devcluster.cluster import create_fake_node
+from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.processes import stop
+from devcluster.replica import OperatorProcess
 from kube import Kube, wait_for
 
 
@@ -68,14 +69,9 @@ def namespace(kube: Kube) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def crd(kube: Kube) -> str:
-    """The ScheduledJob CRD, installed from crds/ and Established, and the fencing policy (the
-    operator's Lease lives in OPERATOR_NAMESPACE)."""
-    kube.run("create", "namespace", OPERATOR_NAMESPACE, check=False)
-    kube.run("apply", "-f", str(REPO / "crds"), "-f", str(REPO / "manifests" / "fencing.yaml"))
-    kube.run(
-        "wait", "--for=condition=Established", "crd/scheduledjobs.cronlease.io", "--timeout=60s"
-    )
+def crd(k8s_cluster: Any, kube: Kube) -> str:
+    """cronlease installed with its Helm chart: the CRD (Established), RBAC, the fencing policy."""
+    install_chart(Path(k8s_cluster.kubeconfig))
     wait_for(
         lambda: kube.run("get", "scheduledjobs", "-A", check=False).returncode == 0,
         30,
@@ -85,12 +81,20 @@ def crd(kube: Kube) -> str:
 
 
 @pytest.fixture(scope="session")
+def operator_kubeconfig(
+    crd: str, k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """Credentials of the chart's ServiceAccount: every operator in the suite runs with these."""
+    path = Path(tmp_path_factory.mktemp("sa")) / "kubeconfig"
+    return service_account_kubeconfig(Path(k8s_cluster.kubeconfig), path)
+
+
+@pytest.fixture(scope="session")
 def operator_process(
-    k8s_cluster: Any, crd: str, tmp_path_factory: pytest.TempPathFactory
+    operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """One operator for the session, as a separate process; tests may stop and restart it."""
-    log_dir = Path(tmp_path_factory.mktemp("operator"))
-    process = OperatorProcess(Path(k8s_cluster.kubeconfig), log_dir)
+    process = OperatorProcess(operator_kubeconfig, Path(tmp_path_factory.mktemp("operator")))
     process.start()
     yield process
     process.stop()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
+from devcluster.install import token_kubeconfig
 
 T = TypeVar("T")
 
@@ -33,14 +33,9 @@ class Kube:
 
     def as_token(self, token: str) -> Kube:
         """kubectl for the same cluster, authenticated by a bearer token instead of admin."""
-        config = yaml.safe_load(self.kubeconfig.read_text())
-        context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
-        context["context"]["user"] = "token"
-        config["users"] = [{"name": "token", "user": {"token": token}}]
         fd, path = tempfile.mkstemp(prefix="kubeconfig-token-")
         os.close(fd)
-        Path(path).write_text(yaml.safe_dump(config))
-        return Kube(Path(path))
+        return Kube(token_kubeconfig(self.kubeconfig, token, Path(path)))
 
     def run(
         self, *args: str, stdin: str | None = None, check: bool = True

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_process import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
 from test_scheduledjob import jobs_of, scheduled_at, scheduledjob, status_of
 
+from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
 from kube import Kube, KubectlError, pod_template, wait_for
 
 
@@ -135,13 +135,17 @@ def test_one_writer_failover_and_no_slot_lost_or_doubled(
 
 
 def test_stale_leader_writes_are_refused_by_the_api_server(
-    kube: Kube, namespace: str, replicas: list[OperatorProcess], tmp_path: Path, k8s_cluster: Any
+    kube: Kube,
+    namespace: str,
+    replicas: list[OperatorProcess],
+    tmp_path: Path,
+    operator_kubeconfig: Path,
 ) -> None:
     # Replace the first replica by one that pauses between its leadership check and its create,
     # the window in which a GC pause or SIGSTOP makes a leader stale without knowing it.
     for replica in replicas:
         replica.stop()
-    stale = OperatorProcess(Path(k8s_cluster.kubeconfig), tmp_path, "stale")
+    stale = OperatorProcess(operator_kubeconfig, tmp_path, "stale")
     stale.start("--test-hold-before-create=8")
     replicas.append(stale)
     wait_for(

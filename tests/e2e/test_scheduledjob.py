@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from operator_process import OperatorProcess
 
+from devcluster.replica import OperatorProcess
 from kube import Kube, condition, pod_template, wait_for
 
 LABEL = "cronlease.io/scheduledjob"

@@ -1,4 +1,5 @@
-"""The operator under test, run as a separate process exactly as a user runs it."""
+"""The operator as a separate process, exactly as a user runs it: for e2e tests, benchmarks and
+fault injection. Leases are short so failovers take seconds."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from devcluster.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+RELEASE = "cronlease"  # the Helm release; also the chart's ServiceAccount name
 OPERATOR_NAMESPACE = "cronlease-system"
 LEASE = "cronlease-leader"
 # Short leases keep failover tests fast; the ratios are the production defaults' (15/10/2 s).
@@ -20,6 +22,8 @@ ELECTION = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
 
 
 class OperatorProcess:
+    """One replica: `start()`, `stop(signal)`, `send(signal)`, its log, identity and metrics."""
+
     def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "operator") -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_dir / f"{name}.log"

@@ -1,0 +1,50 @@
+"""Install cronlease's chart into a cluster and act as its ServiceAccount.
+
+The operator under test runs as a local process, but with a token of the chart's ServiceAccount
+(TokenRequest), so every e2e test also proves the chart's RBAC is enough, and least.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from devcluster.cluster import bin_dir, kubectl
+from devcluster.replica import OPERATOR_NAMESPACE, RELEASE, REPO
+
+CHART = REPO / "manifests" / "helm" / "cronlease"
+
+
+def install_chart(kubeconfig: Path, *values: str) -> None:
+    """helm upgrade --install; replicaCount=0 by default: the operator runs outside the cluster."""
+    command = [
+        str(bin_dir() / "helm"), "upgrade", "--install", RELEASE, str(CHART),
+        "--kubeconfig", str(kubeconfig), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+        "--set", "replicaCount=0", *values,
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"helm install failed: {result.stderr.strip()}")
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/scheduledjobs.cronlease.io")  # fmt: skip
+
+
+def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:
+    """A kubeconfig for the same cluster as `kubeconfig`, authenticated by a bearer token."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    context["context"]["user"] = "token"
+    config["users"] = [{"name": "token", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def service_account_kubeconfig(kubeconfig: Path, path: Path, duration: str = "24h") -> Path:
+    """A kubeconfig that acts as the chart's ServiceAccount, from a TokenRequest."""
+    token = kubectl(
+        kubeconfig, "create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, f"--duration={duration}"
+    ).strip()
+    return token_kubeconfig(kubeconfig, token, path)
