@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)/hack
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo clean
+.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -49,6 +49,12 @@ test: lint typecheck unit e2e ## everything CI runs
 
 demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
 	bash hack/demo.sh
+
+bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/results/latest.md)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/bench.py $(BENCH_ARGS)
+
+failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
 
 clean: cluster-down ## stop the cluster and remove build caches
 	rm -rf .cache

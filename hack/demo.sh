@@ -12,19 +12,25 @@ python -m devcluster up
 export KUBECONFIG="$PWD/.cache/cluster/kubeconfig"
 kubectl get nodes
 
-say "2. The ScheduledJob API (CRD)"
-kubectl apply -f crds/
-kubectl wait --for=condition=Established crd/scheduledjobs.cronlease.io --timeout=60s >/dev/null
+say "2. The Helm chart: the ScheduledJob CRD, least-privilege RBAC, the fencing policy"
+python -m devcluster install
+kubectl -n cronlease-system get serviceaccount,role,rolebinding
+kubectl get clusterrole cronlease -o wide
 
-say "3. The operator (log: $state/operator.log)"
+say "3. The operator, as the chart's ServiceAccount (log: $state/operator.log)"
 if [[ -f $state/operator.pid ]] && kill -0 "$(cat "$state/operator.pid")" 2>/dev/null; then
   echo "already running (pid $(cat "$state/operator.pid"))"
 else
-  PYTHONPATH=operator nohup python -m cronlease --metrics-bind 127.0.0.1:9090 \
+  # Outside the cluster (there is no image registry here), with a TokenRequest token of the
+  # chart's ServiceAccount: exactly the permissions the Deployment would have.
+  python -m devcluster sa-kubeconfig "$state/operator.kubeconfig" >/dev/null
+  KUBECONFIG="$state/operator.kubeconfig" PYTHONPATH=operator POD_NAMESPACE=cronlease-system \
+    nohup python -m cronlease --metrics-bind 127.0.0.1:9090 \
     --liveness-bind 127.0.0.1:9091 >"$state/operator.log" 2>&1 &
   echo $! >"$state/operator.pid"
   for _ in $(seq 100); do curl -sf http://127.0.0.1:9091/healthz >/dev/null && break; sleep 0.1; done
-  echo "running (pid $(cat "$state/operator.pid")), metrics on http://127.0.0.1:9090/metrics"
+  echo "running (pid $(cat "$state/operator.pid")) as $(KUBECONFIG=$state/operator.kubeconfig \
+    kubectl auth whoami -o jsonpath='{.status.userInfo.username}'), metrics on :9090"
 fi
 
 say "4. Examples"
@@ -43,6 +49,8 @@ What you are about to see, refreshed every 5 seconds for a minute:
     are skipped and counted (kubectl describe shows the SkippedConcurrencyForbid events).
   - one-off runs once, 30 s from now, then reports Completed and does nothing more.
   - berlin-morning-report waits for 09:30 Berlin time on a weekday (see NEXT).
+  - The operator holds the Lease cronlease-system/cronlease-leader; every Job carries its identity
+    and fencing token, and the API server refuses writes whose token is not the Lease's.
 TEXT
 for i in $(seq 12); do
   say "t+$((i * 5 - 5))s"
@@ -62,6 +70,7 @@ The cluster and the operator keep running. Explore:
   kubectl -n demo get sj -o wide
   kubectl -n demo describe sj forbid-long-running
   kubectl -n demo annotate sj every-10-seconds cronlease.io/run-now=\$(date +%s) --overwrite
+  kubectl -n cronlease-system get lease cronlease-leader -o yaml
   curl -s http://127.0.0.1:9090/metrics | grep ^cronlease_
 Stop everything with: make cluster-down (it also stops the demo operator)
 TEXT

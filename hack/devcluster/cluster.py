@@ -148,7 +148,13 @@ def ensure_cluster(build: bool = True) -> Cluster:
             _teardown(existing)
         if build:
             ensure_binaries()
-        return _start(directory)
+        try:
+            return _start(directory)
+        except ClusterError as error:
+            # Ports are picked free, then bound: another cluster on the machine can take one in
+            # between. A second attempt picks new ones.
+            _log(f"{error}; retrying once with new ports")
+            return _start(directory)
 
 
 def stop_cluster() -> bool:

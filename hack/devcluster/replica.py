@@ -24,8 +24,15 @@ ELECTION = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
 class OperatorProcess:
     """One replica: `start()`, `stop(signal)`, `send(signal)`, its log, identity and metrics."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "operator") -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        name: str = "operator",
+        election: dict[str, float] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
+        self.election = election or ELECTION
         self.log_path = log_dir / f"{name}.log"
         self.name = name
         self.process: subprocess.Popen[bytes] | None = None
@@ -48,9 +55,9 @@ class OperatorProcess:
                     f"--metrics-bind=127.0.0.1:{self.metrics_port}",
                     f"--liveness-bind=127.0.0.1:{self.health_port}",
                     f"--lease-namespace={OPERATOR_NAMESPACE}",
-                    f"--lease-duration={ELECTION['lease_duration']}",
-                    f"--renew-deadline={ELECTION['renew_deadline']}",
-                    f"--retry-period={ELECTION['retry_period']}",
+                    f"--lease-duration={self.election['lease_duration']}",
+                    f"--renew-deadline={self.election['renew_deadline']}",
+                    f"--retry-period={self.election['retry_period']}",
                     *extra,
                 ],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

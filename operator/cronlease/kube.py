@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -77,6 +78,23 @@ class KubeApi:
             raise ApiError(response.status, response.reason or "", text)
         result: dict[str, Any] = json.loads(text) if text else {}
         return result
+
+    async def stream(
+        self, path: str, query: list[tuple[str, str]], request_timeout: float
+    ) -> AsyncIterator[bytes]:
+        """The lines of a streaming response (a watch), as they arrive."""
+        response = await self._api.call_api(
+            path,
+            "GET",
+            query_params=query,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+        if response.status != 200:
+            raise ApiError(response.status, response.reason or "", await response.text())
+        async for line in response.content:
+            yield line
 
     # Jobs
 

@@ -222,13 +222,23 @@ def _handle_due_slots(
     now: datetime,
     decision: Decision,
 ) -> None:
+    # A runAt instant has seconds precision: naming it by minute could collide after an edit.
+    with_seconds = spec.schedule.has_seconds if spec.schedule else True
+
+    def planned(slot: datetime) -> PlannedRun:
+        return PlannedRun(scheduled_job_name(sj.name, slot, with_seconds), slot, TRIGGER_SCHEDULE)
+
+    # A slot that already has a Job ran, whatever the policy says now (its record was lost with
+    # a crash or a lost response): it is recorded as a run and never counted as skipped.
+    pending = [slot for slot in due if not _record_if_exists(decision, owned, planned(slot))]
+    # Slots only counted, never listed, are older than due[0]: late if it is, else superseded.
+    uncounted_late = uncounted if _late(spec, due[0], now) else 0
     if spec.suspend:
-        _skip(decision, SkipReason.SUSPENDED, len(due) + uncounted, due[-1])
+        if pending or uncounted:
+            _skip(decision, SkipReason.SUSPENDED, len(pending) + uncounted, (pending or due)[-1])
         return
-    # Slots only counted (older than due[0]) are late if due[0] is, else superseded.
-    late = [slot for slot in due if _late(spec, slot, now)]
-    timely = due[len(late) :]  # ascending, so the late ones are a prefix
-    expired_count = len(late) + (uncounted if late else 0)
+    late = [slot for slot in pending if _late(spec, slot, now)]
+    timely = pending[len(late) :]  # ascending, so the late ones are a prefix
     if (
         spec.starting_deadline_seconds is not None
         and spec.concurrency_policy is ConcurrencyPolicy.ALLOW
@@ -239,24 +249,20 @@ def _handle_due_slots(
     else:
         # Without a deadline, or when runs may not overlap, only the newest runs (CronJob's rule).
         runnable = timely[-1:]
-    superseded_count = len(timely) - len(runnable) + (0 if late else uncounted)
-    if expired_count:
-        _skip(decision, SkipReason.DEADLINE_EXCEEDED, expired_count, late[-1] if late else due[0])
-    if superseded_count:
+    superseded = timely[: len(timely) - len(runnable)]
+    if late or uncounted_late:
         _skip(
             decision,
-            SkipReason.SUPERSEDED,
-            superseded_count,
-            timely[len(timely) - len(runnable) - 1],
+            SkipReason.DEADLINE_EXCEEDED,
+            len(late) + uncounted_late,
+            (late or due)[-1 if late else 0],
         )
-    # A runAt instant has seconds precision: naming it by minute could collide after an edit.
-    with_seconds = spec.schedule.has_seconds if spec.schedule else True
+    if superseded or uncounted - uncounted_late:
+        count = len(superseded) + uncounted - uncounted_late
+        _skip(decision, SkipReason.SUPERSEDED, count, superseded[-1] if superseded else due[0])
     for slot in runnable:
-        run = PlannedRun(scheduled_job_name(sj.name, slot, with_seconds), slot, TRIGGER_SCHEDULE)
-        if not _record_if_exists(decision, owned, run) and _admit(
-            spec, owned, decision, slot, TRIGGER_SCHEDULE
-        ):
-            decision.runs.append(run)
+        if _admit(spec, owned, decision, slot, TRIGGER_SCHEDULE):
+            decision.runs.append(planned(slot))
 
 
 def _record_if_exists(decision: Decision, owned: Sequence[JobInfo], run: PlannedRun) -> bool:

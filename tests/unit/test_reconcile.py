@@ -506,6 +506,23 @@ def test_existing_job_for_the_slot_is_not_created_again(state: JobState, policy:
     assert decision.status["recentRuns"][-1]["job"] == existing.name
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [spec(suspend=True), spec(startingDeadlineSeconds=0), spec(concurrencyPolicy="Forbid")],
+    ids=["suspended", "late", "forbid"],
+)
+def test_a_due_slot_whose_job_exists_is_a_run_never_a_skip(raw: dict[str, Any]) -> None:
+    """Its Job was created, but the response (and so the record) was lost: it ran."""
+    existing = slot_job(H12)
+
+    decision = decide(view(raw, status=processed(raw, H11)), [existing], H12 + seconds(30))
+
+    assert decision.skips == []
+    assert decision.runs == []
+    assert decision.status["runsCreated"] == 1
+    assert decision.status["slotsSkipped"] == {}
+
+
 # --- 9. Job names --------------------------------------------------------------------------------
 
 

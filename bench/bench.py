@@ -1,0 +1,541 @@
+"""cronlease against the built-in CronJob controller, in one control plane, in one run.
+
+For each N: N ScheduledJobs, then N equivalent CronJobs (kube-controller-manager's controller at
+its defaults), each set alone in a fresh namespace so the two never compete for the machine in
+the same burst, all due every minute. One watcher outside both controllers stamps the ADDED event
+of every Job; lag = arrival - slot, the slot read from the Job's cronlease.io/scheduled-at or
+batch.kubernetes.io/cronjob-scheduled-timestamp annotation. A plain client creating N Jobs at once
+gives the physical limit. The operator's RSS and CPU come from /proc.
+
+    make bench                      # N = 100, 1000, 5000
+    python bench/bench.py --n 100 --slots 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cronlease.kube import ApiError, KubeApi, load_config
+from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
+from devcluster import ensure_cluster
+from devcluster.install import install_chart, service_account_kubeconfig
+from devcluster.replica import REPO, OperatorProcess
+
+CRONJOB_SLOT = "batch.kubernetes.io/cronjob-scheduled-timestamp"
+RUN_LABEL = "bench.cronlease.io/run"
+CREATE_CONCURRENCY = 64  # the operator's own pool size, for the raw-create baseline too
+TICK = 1.0 / 100  # /proc/<pid>/stat counts CPU time in clock ticks of 10 ms on Linux
+
+
+@dataclass
+class Phase:
+    controller: str
+    n: int
+    slots: list[str] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    expected: int = 0
+    missing: int = 0
+    burst_seconds: float = 0.0  # slot to the last Job of the burst (the first slot)
+    rest_rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0
+    rest_cpu_s_per_min: float = 0.0
+    burst_cpu_s_per_min: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        if not self.lags:
+            return float("nan")
+        ordered = sorted(self.lags)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "controller": self.controller,
+            "n": self.n,
+            "jobs": len(self.lags),
+            "missing": self.missing,
+            "p50": self.percentile(0.50),
+            "p90": self.percentile(0.90),
+            "p99": self.percentile(0.99),
+            "max": max(self.lags, default=float("nan")),
+            "burst_seconds": self.burst_seconds,
+            "rest_rss_mb": self.rest_rss_mb,
+            "peak_rss_mb": self.peak_rss_mb,
+            "rest_cpu_s_per_min": self.rest_cpu_s_per_min,
+            "burst_cpu_s_per_min": self.burst_cpu_s_per_min,
+        }
+
+
+# Process cost, read from /proc
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK  # utime + stime
+
+
+class CostSampler:
+    """Samples a process's RSS and CPU time every second, to split rest from burst afterwards."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.samples: list[tuple[float, float, float]] = []  # (wall, rss MB, cpu s)
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            self.samples.append((time.time(), rss_mb(self.pid), cpu_seconds(self.pid)))
+            await asyncio.sleep(1.0)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    def window(self, start: float, end: float) -> tuple[float, float, float]:
+        """(mean RSS, peak RSS, CPU seconds per minute) between two wall times."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return float("nan"), float("nan"), float("nan")
+        rss = [s[1] for s in inside]
+        cpu = (inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0]) * 60
+        return statistics.fmean(rss), max(rss), cpu
+
+
+# Watching Jobs from outside both controllers
+
+
+class JobWatcher:
+    """Records when each Job's ADDED event arrives, for Jobs carrying this run's label."""
+
+    def __init__(self, api: KubeApi, run_id: str) -> None:
+        self.api = api
+        self.selector = f"{RUN_LABEL}={run_id}"
+        self.arrivals: dict[str, tuple[float, datetime | None]] = {}  # uid -> (arrival, slot)
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+        await self._ready.wait()
+
+    def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        listed = await self.api.request(
+            "GET", "/apis/batch/v1/jobs", query=[("labelSelector", self.selector)]
+        )
+        version = listed["metadata"]["resourceVersion"]
+        while True:
+            query = [
+                ("watch", "true"),
+                ("labelSelector", self.selector),
+                ("resourceVersion", version),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", "600"),
+            ]
+            stream = self.api.stream("/apis/batch/v1/jobs", query, request_timeout=700)
+            self._ready.set()
+            async for line in stream:
+                arrived = time.time()
+                event = json.loads(line)
+                obj = event["object"]
+                version = obj["metadata"].get("resourceVersion", version)
+                if event["type"] == "ADDED":
+                    annotations = obj["metadata"].get("annotations") or {}
+                    slot = parse_time(
+                        annotations.get(ANNOTATION_SCHEDULED_AT) or annotations.get(CRONJOB_SLOT)
+                    )
+                    self.arrivals.setdefault(obj["metadata"]["uid"], (arrived, slot))
+
+    def lags_for(self, slots: Iterable[datetime]) -> list[tuple[datetime, float, float]]:
+        wanted = set(slots)
+        return [
+            (slot, arrived, arrived - slot.timestamp())
+            for arrived, slot in self.arrivals.values()
+            if slot in wanted
+        ]
+
+
+# Creating objects
+
+
+async def gather_bounded(calls: Iterable[Awaitable[Any]], limit: int) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[Any]) -> Any:
+        async with semaphore:
+            return await call
+
+    return await asyncio.gather(*(one(c) for c in calls))
+
+
+def job_template(run_id: str) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {RUN_LABEL: run_id}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {"kwok.cronlease.io/duration": "0s"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"type": "kwok"},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "main", "image": "noop"}],
+                },
+            },
+        },
+    }
+
+
+def scheduledjob(name: str, namespace: str, run_id: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedule": "* * * * *",
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 1,
+            "jobTemplate": job_template(run_id),
+        },
+    }
+
+
+def cronjob(name: str, namespace: str, run_id: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedule": "* * * * *",
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 1,
+            "jobTemplate": job_template(run_id),
+        },
+    }
+
+
+async def create_namespace(api: KubeApi, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await api.request("POST", "/api/v1/namespaces", body)
+
+
+async def delete_namespace(api: KubeApi, name: str) -> None:
+    try:
+        await api.request("DELETE", f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+
+
+def next_minute(after: float) -> datetime:
+    return datetime.fromtimestamp((int(after) // 60 + 1) * 60, UTC)
+
+
+async def wait_until(instant: float) -> None:
+    await asyncio.sleep(max(0.0, instant - time.time()))
+
+
+# The phases
+
+
+async def run_phase(
+    api: KubeApi,
+    watcher: JobWatcher,
+    controller: str,
+    n: int,
+    slots: int,
+    run_id: str,
+    sampler: CostSampler,
+) -> Phase:
+    namespace = f"bench-{controller}-{n}-{uuid.uuid4().hex[:5]}"
+    await create_namespace(api, namespace)
+    make = scheduledjob if controller == "cronlease" else cronjob
+    path = (
+        f"/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs"
+        if controller == "cronlease"
+        else f"/apis/batch/v1/namespaces/{namespace}/cronjobs"
+    )
+    created = time.time()
+    await gather_bounded(
+        (api.request("POST", path, make(f"b{i:05d}", namespace, run_id)) for i in range(n)),
+        CREATE_CONCURRENCY,
+    )
+    ready = time.time()
+    print(f"  {controller}: created {n} objects in {ready - created:.1f} s", flush=True)
+    # The first slot must come at least 10 s after the objects exist (and leave a rest window).
+    first = next_minute(ready + 10)
+    measured = [datetime.fromtimestamp(first.timestamp() + 60 * i, UTC) for i in range(slots)]
+    phase = Phase(controller, n, [s.isoformat() for s in measured], expected=n * slots)
+    deadline = measured[-1].timestamp() + 55
+    while time.time() < deadline:
+        if len(watcher.lags_for(measured)) >= n * slots:
+            break
+        await asyncio.sleep(0.5)
+    found = watcher.lags_for(measured)
+    phase.lags = [lag for _, _, lag in found]
+    phase.missing = n * slots - len(found)
+    first_burst = [arrived for slot, arrived, _ in found if slot == measured[0]]
+    phase.burst_seconds = max(first_burst, default=float("nan")) - measured[0].timestamp()
+    rest = sampler.window(ready + 2, first.timestamp() - 0.5)
+    burst = sampler.window(first.timestamp(), first.timestamp() + max(phase.burst_seconds, 0) + 3)
+    phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
+    phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
+    await delete_namespace(api, namespace)
+    print(
+        f"  {controller}: N={n} p50={phase.percentile(0.5):.3f} p99={phase.percentile(0.99):.3f} "
+        f"max={max(phase.lags, default=float('nan')):.3f} missing={phase.missing}",
+        flush=True,
+    )
+    return phase
+
+
+async def raw_create_rate(api: KubeApi, n: int, run_id: str) -> float:
+    """Jobs/s a plain client gets when it creates N Jobs at once (suspended: no pods follow)."""
+    namespace = f"bench-raw-{n}-{uuid.uuid4().hex[:5]}"
+    await create_namespace(api, namespace)
+    template = job_template(f"{run_id}-raw")
+    template["spec"]["suspend"] = True
+    started = time.perf_counter()
+    await gather_bounded(
+        (
+            api.create_job(
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {
+                        "name": f"raw-{i:05d}",
+                        "namespace": namespace,
+                        **template["metadata"],
+                    },
+                    "spec": template["spec"],
+                }
+            )
+            for i in range(n)
+        ),
+        CREATE_CONCURRENCY,
+    )
+    elapsed = time.perf_counter() - started
+    await delete_namespace(api, namespace)
+    return n / elapsed
+
+
+# Reporting
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        f"# cronlease vs CronJob ({results['started']})",
+        "",
+        f"Machine: {results['machine']}. Every minute, N objects due at the same instant; one slot "
+        "per controller per N unless noted. Lag = Job ADDED event at an outside watcher - slot.",
+        "",
+        "| N | controller | jobs | missing | p50 s | p90 s | p99 s | max s | p99 ours/theirs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, entry in results["by_n"].items():
+        ours, theirs = entry["cronlease"], entry["cronjob"]
+        ratio = ours["p99"] / theirs["p99"] if theirs["p99"] else float("nan")
+        for row in (ours, theirs):
+            cells = [n, row["controller"], row["jobs"], row["missing"]]
+            cells += [f"{row[key]:.3f}" for key in ("p50", "p90", "p99", "max")]
+            cells.append(f"{ratio:.2f}" if row is ours else "")
+            lines.append(_row(cells))
+    lines += [
+        "",
+        "| N | raw create Jobs/s | raw time s | our burst s | burst / raw | operator rest RSS MB | "
+        "peak RSS MB | MB per ScheduledJob | CPU s/min rest | CPU s/min burst |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, entry in results["by_n"].items():
+        ours = entry["cronlease"]
+        raw_time = int(n) / entry["raw_jobs_per_s"]
+        per_sj = (ours["rest_rss_mb"] - results["baseline_rss_mb"]) / int(n)
+        cells = [
+            n,
+            f"{entry['raw_jobs_per_s']:.0f}",
+            f"{raw_time:.2f}",
+            f"{ours['burst_seconds']:.2f}",
+            f"{ours['burst_seconds'] / raw_time:.2f}",
+            f"{ours['rest_rss_mb']:.0f}",
+            f"{ours['peak_rss_mb']:.0f}",
+            f"{per_sj * 1024:.1f} KB",
+            f"{ours['rest_cpu_s_per_min']:.1f}",
+            f"{ours['burst_cpu_s_per_min']:.1f}",
+        ]
+        lines.append(_row(cells))
+    lines += [
+        "",
+        f"Operator baseline RSS with no ScheduledJobs: {results['baseline_rss_mb']:.0f} MB.",
+        "",
+    ]
+    lines += ["Targets:", ""] + [f"- {t}" for t in results["targets"]]
+    return "\n".join(lines) + "\n"
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def targets(results: dict[str, Any]) -> list[str]:
+    by_n = results["by_n"]
+    verdicts = []
+    if "100" in by_n:
+        p99 = by_n["100"]["cronlease"]["p99"]
+        verdicts.append(
+            f"p99 lag <= 0.5 s at N=100: {p99:.3f} s, {'met' if p99 <= 0.5 else 'MISSED'}"
+        )
+    if "1000" in by_n:
+        entry = by_n["1000"]
+        raw = 1000 / entry["raw_jobs_per_s"]
+        burst = entry["cronlease"]["burst_seconds"]
+        verdicts.append(
+            f"burst <= 1.25 x raw create at N=1000: {burst:.2f} s vs {1.25 * raw:.2f} s, "
+            f"{'met' if burst <= 1.25 * raw else 'MISSED'}"
+        )
+    for n, entry in by_n.items():
+        ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
+        verdicts.append(
+            f"p99 <= CronJob's at N={n}: {ours:.3f} vs {theirs:.3f} s, {_verdict(ours <= theirs)}"
+        )
+    if "5000" in by_n:
+        peak = by_n["5000"]["cronlease"]["peak_rss_mb"]
+        verdicts.append(
+            f"RSS <= 150 MB at N=5000: {peak:.0f} MB, {'met' if peak <= 150 else 'MISSED'}"
+        )
+    return verdicts
+
+
+def plot(phases: list[Phase], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    styles = {"cronlease": "-", "cronjob": "--"}
+    for phase in phases:
+        if not phase.lags:
+            continue
+        ordered = sorted(phase.lags)
+        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        axes.step(
+            ordered,
+            fractions,
+            styles[phase.controller],
+            where="post",
+            label=f"{phase.controller} N={phase.n}",
+        )
+    axes.set_xscale("log")
+    axes.set_xlabel("lag: Job ADDED at the watcher - slot (s, log scale)")
+    axes.set_ylabel("fraction of Jobs")
+    axes.set_title("Schedule lag CDF: cronlease vs CronJob")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else ensure_cluster().kubeconfig
+    install_chart(kubeconfig)
+    work = Path(tempfile.mkdtemp(prefix="cronlease-bench-"))
+    operator = OperatorProcess(
+        service_account_kubeconfig(kubeconfig, work / "kubeconfig"), work, "bench-operator"
+    )
+    operator.start()
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    api = KubeApi(await load_config(CREATE_CONCURRENCY))
+    run_id = uuid.uuid4().hex[:8]
+    watcher = JobWatcher(api, run_id)
+    await watcher.start()
+    sampler = CostSampler(operator.pid)
+    sampler.start()
+    await asyncio.sleep(3)
+    baseline = statistics.fmean(s[1] for s in sampler.samples[-3:])
+    results: dict[str, Any] = {
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} cores",
+        "baseline_rss_mb": baseline,
+        "slots": args.slots,
+        "by_n": {},
+        "operator_log": str(operator.log_path),
+    }
+    phases: list[Phase] = []
+    try:
+        for n in args.n:
+            print(f"N={n}", flush=True)
+            entry: dict[str, Any] = {}
+            for controller in ("cronlease", "cronjob"):
+                phase = await run_phase(api, watcher, controller, n, args.slots, run_id, sampler)
+                phases.append(phase)
+                entry[controller] = phase.summary()
+            entry["raw_jobs_per_s"] = await raw_create_rate(api, n, run_id)
+            print(f"  raw create: {entry['raw_jobs_per_s']:.0f} Jobs/s", flush=True)
+            results["by_n"][str(n)] = entry
+    finally:
+        sampler.stop()
+        watcher.stop()
+        operator.stop()
+        await api.close()
+    results["targets"] = targets(results)
+    results["phases"] = [asdict(p) for p in phases]
+    write_results(results, phases, Path(args.out), plot_too=not args.no_plot)
+    return results
+
+
+def write_results(results: dict[str, Any], phases: list[Phase], out: Path, plot_too: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    (out / f"bench-{stamp}.json").write_text(json.dumps(results, indent=2))
+    report = markdown(results)
+    (out / "latest.md").write_text(report)
+    if plot_too:
+        plot(phases, out / "latest-lag-cdf.png")
+    print(report)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--slots", type=int, default=1, help="measured slots per controller and N")
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--kubeconfig", help="an admin kubeconfig (default: start the local cluster)"
+    )
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
