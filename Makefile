@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)/hack
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover clean
+.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/r
 
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
+
+chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (CHAOS_ARGS="--duration 1800")
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python hack/chaos.py $(CHAOS_ARGS)
 
 clean: cluster-down ## stop the cluster and remove build caches
 	rm -rf .cache

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -62,18 +62,28 @@ class Cluster:
     data_dir: Path
     log_dir: Path
     pids: dict[str, int] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
     started_at: float = 0.0
     startup_seconds: float = 0.0
     reused: bool = False
+    # The processes this Python process started itself: their exit status is authoritative.
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     @property
     def state_file(self) -> Path:
         return self.kubeconfig.parent / "state.json"
 
     def save(self) -> None:
-        raw = asdict(self)
-        raw.update(kubeconfig=str(self.kubeconfig), data_dir=str(self.data_dir))
-        raw["log_dir"] = str(self.log_dir)
+        raw = {
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+            "data_dir": str(self.data_dir),
+            "log_dir": str(self.log_dir),
+            "pids": self.pids,
+            "commands": self.commands,
+            "started_at": self.started_at,
+            "startup_seconds": self.startup_seconds,
+        }
         self.state_file.write_text(json.dumps(raw, indent=2))
 
     @classmethod
@@ -88,15 +98,45 @@ class Cluster:
             data_dir=Path(raw["data_dir"]),
             log_dir=Path(raw["log_dir"]),
             pids=dict(raw["pids"]),
+            commands=dict(raw.get("commands", {})),
             started_at=raw["started_at"],
             startup_seconds=raw["startup_seconds"],
         )
 
     def dead_components(self) -> list[str]:
-        return [name for name, pid in self.pids.items() if not is_running(pid, name)]
+        return [name for name in self.pids if self.exit_status(name) is not None]
+
+    def exit_status(self, name: str) -> str | None:
+        """None while `name` runs; else how it ended, as precisely as we can tell."""
+        child = self.children.get(name)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return None
+            return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        return None if is_running(self.pids[name], name) else "not running"
 
     def kubectl(self, *args: str, check: bool = True) -> str:
         return kubectl(self.kubeconfig, *args, check=check)
+
+    def launch(self, name: str, command: list[str]) -> None:
+        """Start a component and remember how, so that it can be restarted the same way."""
+        self.commands[name] = command
+        child = spawn(command, self.log_dir / f"{name}.log")
+        self.children[name], self.pids[name] = child, child.pid
+        self.save()
+
+    def restart(self, name: str, down_seconds: float = 0.0) -> None:
+        """Stop one component and start it again with the same command (for fault tests);
+        stays down `down_seconds` in between, and returns once the API answers again."""
+        if name not in self.commands:
+            raise ClusterError(
+                f"{name} was started by an older devcluster: run `make cluster-down`"
+            )
+        stop(self.pids[name], name)
+        time.sleep(down_seconds)  # the fault being injected: this long without the component
+        self.launch(name, self.commands[name])
+        _wait_for(lambda: _api_ready(self), 90, f"the API after restarting {name}", self)
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -216,7 +256,8 @@ def _start(directory: Path) -> Cluster:
     try:
         etcd_port, peer_port = free_port(), free_port()
         etcd_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{peer_port}"
-        cluster.pids["etcd"] = spawn(
+        cluster.launch(
+            "etcd",
             [
                 str(bins / "etcd"),
                 "--name=default",
@@ -230,10 +271,9 @@ def _start(directory: Path) -> Cluster:
                 "--unsafe-no-fsync",
                 "--log-level=warn",
             ],
-            log_dir / "etcd.log",
         )
-        cluster.save()
-        cluster.pids["kube-apiserver"] = spawn(
+        cluster.launch(
+            "kube-apiserver",
             [
                 str(bins / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
@@ -255,11 +295,10 @@ def _start(directory: Path) -> Cluster:
                 # in this cluster reaches the API through that Service anyway.
                 "--endpoint-reconciler-type=none",
             ],
-            log_dir / "kube-apiserver.log",
         )
-        cluster.save()
         _wait_for(lambda: _api_ready(cluster), 90, "kube-apiserver /readyz", cluster)
-        cluster.pids["kube-controller-manager"] = spawn(
+        cluster.launch(
+            "kube-controller-manager",
             [
                 str(bins / "kube-controller-manager"),
                 f"--kubeconfig={kcm_config}",
@@ -277,9 +316,9 @@ def _start(directory: Path) -> Cluster:
                 # service accounts and tokens, namespace, TTL-after-finished, node lifecycle.
                 "--controllers=*",
             ],
-            log_dir / "kube-controller-manager.log",
         )
-        cluster.pids["kube-scheduler"] = spawn(
+        cluster.launch(
+            "kube-scheduler",
             [
                 str(bins / "kube-scheduler"),
                 f"--kubeconfig={scheduler_config}",
@@ -289,10 +328,8 @@ def _start(directory: Path) -> Cluster:
                 f"--secure-port={free_port()}",
                 "--leader-elect=false",
             ],
-            log_dir / "kube-scheduler.log",
         )
-        cluster.pids["kwok"] = start_kwok(kubeconfig, log_dir, bins)
-        cluster.save()
+        cluster.launch("kwok", kwok_command(kubeconfig, bins))
         create_fake_node(kubeconfig)
         _wait_for(
             lambda: _default_service_account(cluster), 60, "the default ServiceAccount", cluster
@@ -307,22 +344,23 @@ def _start(directory: Path) -> Cluster:
     return cluster
 
 
-def start_kwok(kubeconfig: Path, log_dir: Path, bins: Path | None = None) -> int:
+def start_kwok(kubeconfig: Path, log_dir: Path) -> int:
     """Run kwok against any cluster (ours, or kind's) to play the fake node and its pods."""
-    return spawn(
-        [
-            str((bins or bin_dir()) / "kwok"),
-            f"--kubeconfig={kubeconfig}",
-            f"--config={STAGES}",
-            "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--node-lease-duration-seconds=40",
-            f"--server-address=127.0.0.1:{free_port()}",
-            "--cidr=10.244.0.0/16",
-            "--node-ip=127.0.0.1",
-        ],
-        log_dir / "kwok.log",
-    )
+    return spawn(kwok_command(kubeconfig, bin_dir()), log_dir / "kwok.log").pid
+
+
+def kwok_command(kubeconfig: Path, bins: Path) -> list[str]:
+    return [
+        str(bins / "kwok"),
+        f"--kubeconfig={kubeconfig}",
+        f"--config={STAGES}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--node-lease-duration-seconds=40",
+        f"--server-address=127.0.0.1:{free_port()}",
+        "--cidr=10.244.0.0/16",
+        "--node-ip=127.0.0.1",
+    ]
 
 
 def create_fake_node(kubeconfig: Path) -> None:
@@ -402,8 +440,9 @@ def _wait_for(condition: Callable[[], bool], timeout: float, what: str, cluster:
     while time.monotonic() < deadline:
         dead = cluster.dead_components()
         if dead:
+            how = ", ".join(f"{name} ({cluster.exit_status(name)})" for name in dead)
             logs = ", ".join(str(cluster.log_dir / f"{name}.log") for name in dead)
-            raise ClusterError(f"{', '.join(dead)} exited while waiting for {what}; see {logs}")
+            raise ClusterError(f"{how} ended while waiting for {what}; see {logs}")
         if condition():
             return
         time.sleep(0.2)

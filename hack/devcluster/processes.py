@@ -20,17 +20,16 @@ def free_port() -> int:
         return port
 
 
-def spawn(args: Sequence[str], log_file: Path) -> int:
+def spawn(args: Sequence[str], log_file: Path) -> subprocess.Popen[bytes]:
     """Start a daemon in its own session, so it survives the command that started it."""
     with log_file.open("ab") as log:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             list(args),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return process.pid
 
 
 def is_running(pid: int, binary: str) -> bool:
