@@ -26,13 +26,10 @@ def test_short_chaos_run_audits_clean(
         pytest.skip("chaos restarts kube-apiserver and etcd: it needs our own control plane")
     operator_process.stop()  # chaos runs its own three replicas
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'hack'}:{REPO / 'operator'}"}
-    result = subprocess.run(
-        [
-            sys.executable, str(REPO / "hack" / "chaos.py"), "--duration", "60",
-            "--fault-every", "8", "--kubeconfig", str(k8s_cluster.kubeconfig), "--out", str(tmp_path),
-        ],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+    command = [sys.executable, str(REPO / "hack" / "chaos.py"), "--duration", "60"]
+    command += ["--fault-every", "8", "--kubeconfig", str(k8s_cluster.kubeconfig)]
+    command += ["--out", str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     report = (
         (tmp_path / "chaos-latest.md").read_text()
         if (tmp_path / "chaos-latest.md").exists()
