@@ -472,6 +472,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         service_account_kubeconfig(kubeconfig, work / "kubeconfig"), work, "bench-operator"
     )
     operator.start()
+    deadline = time.monotonic() + 60
+    while "model seeded" not in operator.log():  # leading, with its model filled: ready to act
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the operator never became ready; see {operator.log_path}")
+        await asyncio.sleep(0.2)
     os.environ["KUBECONFIG"] = str(kubeconfig)
     api = KubeApi(await load_config(CREATE_CONCURRENCY))
     run_id = uuid.uuid4().hex[:8]

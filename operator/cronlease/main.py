@@ -138,6 +138,8 @@ async def run(args: argparse.Namespace) -> None:
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
     if isinstance(leadership, LeaseElector):
         tasks.append(asyncio.create_task(leadership.run(), name="election"))
+    for task in tasks:
+        task.add_done_callback(_exit_if_failed)
     try:
         await kopf.operator(
             registry=registry,
@@ -149,6 +151,15 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         await hand_over()  # a no-op if the cleanup handler did it
         await api.close()
+
+
+def _exit_if_failed(task: asyncio.Task[None]) -> None:
+    """The scheduler and the elector never return on their own: if one dies, so does the process,
+    so that Kubernetes restarts it, rather than leave a replica that watches and never acts."""
+    if task.cancelled() or task.exception() is None:
+        return
+    log.critical("%s died", task.get_name(), exc_info=task.exception())
+    os._exit(70)  # EX_SOFTWARE
 
 
 if __name__ == "__main__":

@@ -121,7 +121,18 @@ class Scheduler:
 
         kopf's watches keep the model current on every replica, but kopf has no public signal for
         "initial listing done"; without this a new leader could decide Forbid on a partial model.
+        Retried until it succeeds: right after the CRD is installed the API server answers 429.
         """
+        for attempt in itertools.count():
+            try:
+                await self._list_into_model()
+                return
+            except Exception as error:  # 429 while the CRD settles, a dropped connection
+                backoff = min(0.5 * 2**attempt, 10.0)
+                log.warning("seeding the model: %s; retrying in %.1f s", error, backoff)
+                await asyncio.sleep(backoff)
+
+    async def _list_into_model(self) -> None:
         scopes = self.namespaces or ("",)
         for namespace in scopes:
             for item in (await self.api.list_scheduledjobs(namespace))["items"]:
