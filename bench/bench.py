@@ -251,6 +251,27 @@ async def delete_namespace(api: KubeApi, name: str) -> None:
             raise
 
 
+async def remove_leftovers(api: KubeApi) -> None:
+    """An interrupted run leaves its objects firing every minute: they would skew this one."""
+    names = [
+        item["metadata"]["name"]
+        for item in (await api.request("GET", "/api/v1/namespaces"))["items"]
+        if item["metadata"]["name"].startswith("bench-")
+    ]
+    for name in names:
+        await delete_namespace(api, name)
+    deadline = time.monotonic() + 300
+    while names and time.monotonic() < deadline:
+        remaining = {
+            item["metadata"]["name"]
+            for item in (await api.request("GET", "/api/v1/namespaces"))["items"]
+        }
+        names = [name for name in names if name in remaining]
+        await asyncio.sleep(1)
+    if names:
+        raise RuntimeError(f"leftover namespaces still terminating: {names}")
+
+
 def next_minute(after: float) -> datetime:
     return datetime.fromtimestamp((int(after) // 60 + 1) * 60, UTC)
 
@@ -479,6 +500,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(0.2)
     os.environ["KUBECONFIG"] = str(kubeconfig)
     api = KubeApi(await load_config(CREATE_CONCURRENCY))
+    await remove_leftovers(api)
     run_id = uuid.uuid4().hex[:8]
     watcher = JobWatcher(api, run_id)
     await watcher.start()
