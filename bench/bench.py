@@ -488,6 +488,9 @@ def plot(phases: list[Phase], path: Path) -> None:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else ensure_cluster().kubeconfig
     install_chart(kubeconfig)
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    api = KubeApi(await load_config(CREATE_CONCURRENCY))
+    await remove_leftovers(api)  # before the operator starts, or it would load them
     work = Path(tempfile.mkdtemp(prefix="cronlease-bench-"))
     operator = OperatorProcess(
         service_account_kubeconfig(kubeconfig, work / "kubeconfig"), work, "bench-operator"
@@ -498,9 +501,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the operator never became ready; see {operator.log_path}")
         await asyncio.sleep(0.2)
-    os.environ["KUBECONFIG"] = str(kubeconfig)
-    api = KubeApi(await load_config(CREATE_CONCURRENCY))
-    await remove_leftovers(api)
     run_id = uuid.uuid4().hex[:8]
     watcher = JobWatcher(api, run_id)
     await watcher.start()

@@ -13,7 +13,7 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import prometheus_client
@@ -82,6 +82,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(run(args))
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf builds a diff base (a deep copy of the object) on every event, for change-detecting
+    handlers; we register none, so nothing reads it. Building nothing saves that copy per event."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast("kopf.BodyEssence", {})
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Leadership:
     if not args.leader_election:
         return SoleLeader(identity)
@@ -126,6 +140,7 @@ async def run(args: argparse.Namespace) -> None:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]
+        settings.persistence.diffbase_storage = NoDiffBase()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:

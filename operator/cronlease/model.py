@@ -23,7 +23,8 @@ def key_of(obj: dict[str, Any]) -> Key:
 
 
 def _newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
-    """resourceVersions are opaque, but etcd's are integers; compare them when they are."""
+    """resourceVersions are opaque, but etcd's are integers; compare them when they are. The same
+    version is no news: our own writes reach the model first, their watch events after."""
     if current is None:
         return True
     new, old = (
@@ -31,7 +32,7 @@ def _newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
         current["metadata"].get("resourceVersion", ""),
     )
     if new.isdigit() and old.isdigit():
-        return int(new) >= int(old)
+        return int(new) > int(old)
     return True
 
 

@@ -23,6 +23,8 @@ Day-of-month and day-of-week combine with OR when both are restricted, like clas
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,6 +94,12 @@ class Schedule:
 
     @classmethod
     def parse(cls, expression: str, time_zone: str = "UTC") -> Schedule:
+        """Parse once per distinct (expression, zone): every decision re-reads its spec, and
+        validation includes a search for the first slot. Schedules are immutable, so shared."""
+        return _parse_cached(expression, time_zone)
+
+    @classmethod
+    def _parse_uncached(cls, expression: str, time_zone: str = "UTC") -> Schedule:
         """Validate the spec values up front so bad input fails once, with a clear message.
 
         Only ScheduleError escapes: callers turn it into a user-visible condition and must
@@ -176,18 +184,24 @@ class Schedule:
         croniter sees the wall clock labelled as UTC so it does no DST handling of its
         own; `_instant` alone decides what a wall time means.
         """
-        cron = croniter(
-            self._cron_expression,
-            start.replace(tzinfo=UTC, fold=0),
-            ret_type=datetime,
-            second_at_beginning=True,
-        )
+        cron = copy.copy(self._cron_template)  # shares the expanded fields, not the position
+        cron.set_current(start.replace(tzinfo=UTC, fold=0), force=True)
         while True:
             try:
                 wall = cron.get_prev(datetime) if backward else cron.get_next(datetime)
             except (ValueError, OverflowError):  # nothing within croniter's 50-year search,
                 return  # or past year 1 / 9999
             yield wall.replace(tzinfo=None)
+
+    @functools.cached_property
+    def _cron_template(self) -> croniter:
+        """Expanding the expression is croniter's costly part: done once per Schedule. Every
+        walk then works on a shallow copy, so concurrent walks (threads) never share a position."""
+        return croniter(
+            self._cron_expression,
+            datetime(2000, 1, 1, tzinfo=UTC),
+            second_at_beginning=True,
+        )
 
     def _instant(self, wall: datetime) -> datetime:
         """The time rule: the instant at which naive wall-clock time `wall` fires."""
@@ -362,3 +376,8 @@ def _offset_change(zone: ZoneInfo, before: datetime, after: datetime) -> datetim
         else:
             low = middle
     return datetime.fromtimestamp(high, UTC)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(expression: str, time_zone: str) -> Schedule:
+    return Schedule._parse_uncached(expression, time_zone)

@@ -79,7 +79,11 @@ class Scheduler:
         self._in_flight: set[Key] = set()
         self._rerun: set[Key] = set()
         self._failures: dict[Key, int] = {}
-        self._pool = asyncio.Semaphore(max_concurrency)
+        # Creations set the lag, so at a burst they go first: status writes get fewer slots and
+        # Events fewer still (they are informational and may trail by a second).
+        self._create_pool = asyncio.Semaphore(max_concurrency)
+        self._status_pool = asyncio.Semaphore(max(1, max_concurrency // 4))
+        self._event_pool = asyncio.Semaphore(4)
         self._background: set[asyncio.Task[None]] = set()
         self._seeded = False
         # Test hook: widen the window between the client-side check and the create, where a
@@ -158,8 +162,7 @@ class Scheduler:
     async def _reconcile_guarded(self, key: Key) -> None:
         wake: float | None = None
         try:
-            async with self._pool:
-                wake = await self._reconcile(key)
+            wake = await self._reconcile(key)
             self._failures.pop(key, None)
         except NotLeading:
             log.info("%s/%s: not leading any more; leaving it to the new leader", *key)
@@ -258,7 +261,8 @@ class Scheduler:
             )
             await asyncio.sleep(self._hold_before_create)
         try:
-            created = await self._fenced(lambda: self.api.create_job(job))
+            async with self._create_pool:
+                created = await self._fenced(lambda: self.api.create_job(job))
         except ApiError as error:
             if error.status == 409 and await self._adopt_existing(sj, run):
                 return
@@ -296,9 +300,10 @@ class Scheduler:
         self._check_leading()
         version = obj["metadata"]["resourceVersion"]
         try:
-            updated = await self._fenced(
-                lambda: self.api.patch_status(sj.namespace, sj.name, patch, version)
-            )
+            async with self._status_pool:
+                updated = await self._fenced(
+                    lambda: self.api.patch_status(sj.namespace, sj.name, patch, version)
+                )
         except ApiError as error:
             if error.status == 404:
                 return
@@ -312,7 +317,11 @@ class Scheduler:
 
     def _event(self, sj: ScheduledJobView, kind: str, reason: str, message: str) -> None:
         """Events go out in the background: the hot path never waits for them."""
-        self._spawn(post_event(self.api, sj, kind, reason, message, self.leadership.identity))
+        self._spawn(self._post_event(sj, kind, reason, message))
+
+    async def _post_event(self, sj: ScheduledJobView, kind: str, reason: str, message: str) -> None:
+        async with self._event_pool:
+            await post_event(self.api, sj, kind, reason, message, self.leadership.identity)
 
     @staticmethod
     def _count_result(job: dict[str, Any]) -> None:
