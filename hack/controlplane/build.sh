@@ -44,7 +44,7 @@ packages=(
   helm.sh/helm/v4/cmd/helm
 )
 echo "building kubernetes $kube_version, etcd $etcd_version, kwok $kwok_version, helm $helm_version"
-echo "into $bin_dir (a cold build takes 20-40 minutes on 2 cores; progress below)"
+echo "into $bin_dir (a cold build takes 11-16 minutes on 2 cores; progress below)"
 total=$(go list -deps "${packages[@]}" go.etcd.io/etcd/server/v3 | wc -l)
 mkdir -p "$bin_dir"
 start=$SECONDS
