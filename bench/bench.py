@@ -30,6 +30,7 @@ from typing import Any
 from cronlease.kube import ApiError, KubeApi, load_config
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
 from devcluster import ensure_cluster
+from devcluster.cluster import kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.replica import REPO, OperatorProcess
 
@@ -195,39 +196,16 @@ async def gather_bounded(calls: Iterable[Awaitable[Any]], limit: int) -> list[An
 def job_template(run_id: str) -> dict[str, Any]:
     return {
         "metadata": {"labels": {RUN_LABEL: run_id}},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": {"kwok.cronlease.io/duration": "0s"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"type": "kwok"},
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "main", "image": "noop"}],
-                },
-            },
-        },
+        "spec": {"backoffLimit": 0, "template": kwok_pod_template()},
     }
 
 
-def scheduledjob(name: str, namespace: str, run_id: str) -> dict[str, Any]:
+def scheduled(kind: str, name: str, namespace: str, run_id: str) -> dict[str, Any]:
+    """The same every-minute object for either controller: a ScheduledJob or a CronJob."""
+    api_version = "cronlease.io/v1alpha1" if kind == "ScheduledJob" else "batch/v1"
     return {
-        "apiVersion": "cronlease.io/v1alpha1",
-        "kind": "ScheduledJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "schedule": "* * * * *",
-            "successfulJobsHistoryLimit": 1,
-            "failedJobsHistoryLimit": 1,
-            "jobTemplate": job_template(run_id),
-        },
-    }
-
-
-def cronjob(name: str, namespace: str, run_id: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
+        "apiVersion": api_version,
+        "kind": kind,
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "schedule": "* * * * *",
@@ -294,7 +272,7 @@ async def run_phase(
 ) -> Phase:
     namespace = f"bench-{controller}-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
-    make = scheduledjob if controller == "cronlease" else cronjob
+    kind = "ScheduledJob" if controller == "cronlease" else "CronJob"
     path = (
         f"/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs"
         if controller == "cronlease"
@@ -302,7 +280,10 @@ async def run_phase(
     )
     created = time.time()
     await gather_bounded(
-        (api.request("POST", path, make(f"b{i:05d}", namespace, run_id)) for i in range(n)),
+        (
+            api.request("POST", path, scheduled(kind, f"b{i:05d}", namespace, run_id))
+            for i in range(n)
+        ),
         CREATE_CONCURRENCY,
     )
     ready = time.time()

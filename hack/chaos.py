@@ -38,7 +38,7 @@ from cronlease.naming import (
     parse_time,
 )
 from cronlease.schedule import Schedule
-from devcluster.cluster import Cluster, cluster_dir, ensure_cluster
+from devcluster.cluster import Cluster, cluster_dir, ensure_cluster, kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, REPO, OperatorProcess
 
@@ -295,20 +295,7 @@ async def main_async(args: argparse.Namespace) -> int:
         asyncio.create_task(watch_jobs(api, namespace, seen)),
         asyncio.create_task(poll_lease(api, seen)),
     ]
-    template = {
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": {"kwok.cronlease.io/duration": "1s"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"type": "kwok"},
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "main", "image": "noop"}],
-                },
-            },
-        }
-    }
+    template = {"spec": {"backoffLimit": 0, "template": kwok_pod_template("1s")}}
     for i in range(args.scheduledjobs):
         await api.request(
             "POST",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -361,6 +362,25 @@ def kwok_command(kubeconfig: Path, bins: Path) -> list[str]:
         "--cidr=10.244.0.0/16",
         "--node-ip=127.0.0.1",
     ]
+
+
+def kwok_pod_template(duration: str = "0s", result: str = "Succeeded") -> dict[str, Any]:
+    """A Job's pod template for the fake node: kwok runs the pod for `duration`, then ends it as
+    `result` says. The node selector keeps such pods off real kubelets (on kind)."""
+    return {
+        "metadata": {
+            "annotations": {
+                "kwok.cronlease.io/duration": duration,
+                "kwok.cronlease.io/result": result,
+            }
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {NODE_SELECTOR_LABEL[0]: NODE_SELECTOR_LABEL[1]},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "main", "image": "noop"}],
+        },
+    }
 
 
 def create_fake_node(kubeconfig: Path) -> None:

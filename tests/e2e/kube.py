@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from devcluster.cluster import kwok_pod_template as pod_template
 from devcluster.install import token_kubeconfig
 
-T = TypeVar("T")
+__all__ = ["Kube", "KubectlError", "condition", "pod_template", "wait_for"]
 
-# The fake node's label: test pods select it so that on kind they land on kwok, not on a kubelet.
-KWOK_NODE_SELECTOR = {"type": "kwok"}
+T = TypeVar("T")
 
 
 class KubectlError(RuntimeError):
@@ -99,21 +99,3 @@ def condition(obj: Any, kind: str) -> str | None:
         if item.get("type") == kind:
             return str(item.get("status"))
     return None
-
-
-def pod_template(duration: str = "0s", result: str = "Succeeded") -> dict[str, Any]:
-    """A pod template whose kwok pod runs for `duration` and then ends as `result`."""
-    return {
-        "metadata": {
-            "annotations": {
-                "kwok.cronlease.io/duration": duration,
-                "kwok.cronlease.io/result": result,
-            }
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": dict(KWOK_NODE_SELECTOR),
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "main", "image": "noop"}],
-        },
-    }
