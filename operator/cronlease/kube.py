@@ -100,7 +100,9 @@ class KubeApi:
 
     async def create_job(self, job: dict[str, Any]) -> dict[str, Any]:
         namespace = job["metadata"]["namespace"]
-        return await self.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+        # Strict: a typo in jobTemplate.spec is refused, not dropped (it would run on defaults).
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        return await self.request("POST", path, job, query=[("fieldValidation", "Strict")])
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")

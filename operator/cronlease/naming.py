@@ -40,9 +40,10 @@ def manual_job_name(owner: str, token: str) -> str:
 def format_time(instant: datetime) -> str:
     """RFC 3339 in UTC with a Z, the form Kubernetes writes; sub-second slots keep milliseconds."""
     instant = instant.astimezone(UTC)
+    text = f"{instant.year:04d}" + instant.strftime("-%m-%dT%H:%M:%S")  # %Y does not pad
     if instant.microsecond:
-        return instant.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{text}.{instant.microsecond // 1000:03d}Z"
+    return f"{text}Z"
 
 
 def parse_time(text: str | None) -> datetime | None:

@@ -133,6 +133,9 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
         spec = parse_spec(sj.name, sj.spec)
     except SpecError as error:
         return _invalid(sj, str(error), now)
+    refused = sj.status.get("templateError") or {}
+    if refused.get("generation") == sj.generation:
+        return _invalid(sj, f"spec.jobTemplate: {refused.get('message', '')}", now)
     decision = Decision()
     status = dict(sj.status)
     cursor = _cursor(sj, spec, status, now, decision)

@@ -45,6 +45,10 @@ class RetryLater(Exception):
     """A decision could not be applied in full; the object is retried with backoff."""
 
 
+class TemplateRefused(Exception):
+    """The API server refused a Job made from the template: retrying cannot help."""
+
+
 class Stale(Exception):
     """The decision was made on an outdated copy of the object; decide again at once."""
 
@@ -245,7 +249,14 @@ class Scheduler:
                 f"deleted Job {deletion.job_name} ({deletion.reason})",
             )
         for run in decision.runs:
-            await self._create(sj, run)
+            try:
+                await self._create(sj, run)
+            except TemplateRefused as refused:
+                # Recorded for this generation; the next decision reports InvalidSpec and stops.
+                status = {**obj.get("status", {}), "templateError": {
+                    "generation": sj.generation, "message": str(refused)}}  # fmt: skip
+                await self._write_status(sj, obj, status)
+                return
         for skip in decision.skips:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
         for event in decision.events:
@@ -266,6 +277,8 @@ class Scheduler:
         except ApiError as error:
             if error.status == 409 and await self._adopt_existing(sj, run):
                 return
+            if error.status in (400, 422):
+                raise TemplateRefused(error.message) from error
             metrics.reconcile_errors.labels("create").inc()
             self._event(sj, "Warning", "FailedCreate", f"Job {run.job_name}: {error.message}")
             raise RetryLater(f"creating Job {run.job_name}: {error}") from error

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from cronlease.naming import MAX_NAME_LENGTH, parse_time
+from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time
 from cronlease.schedule import Schedule, ScheduleError
+
+RUN_AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_AT_LATEST = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)
 
 
 class ConcurrencyPolicy(enum.StrEnum):
@@ -62,10 +65,16 @@ def parse_spec(name: str, raw: dict[str, Any]) -> Spec:
     else:
         try:
             run_at = parse_time(str(run_at_text))
-        except ValueError:
+        except (ValueError, OverflowError):
             raise SpecError(f"spec.runAt: not an RFC 3339 time: {run_at_text!r}") from None
         if run_at is None:
             raise SpecError("spec.runAt: must not be empty")
+        if not RUN_AT_EARLIEST <= run_at <= RUN_AT_LATEST:
+            # Job names carry epoch seconds, 10 digits in this range (names stay <= 63).
+            raise SpecError(
+                f"spec.runAt: must be between {format_time(RUN_AT_EARLIEST)} and "
+                f"{format_time(RUN_AT_LATEST)}"
+            )
     try:
         policy = ConcurrencyPolicy(raw.get("concurrencyPolicy", "Allow"))
     except ValueError:

@@ -523,6 +523,27 @@ def test_a_due_slot_whose_job_exists_is_a_run_never_a_skip(raw: dict[str, Any]) 
     assert decision.status["slotsSkipped"] == {}
 
 
+def test_a_template_the_api_server_refused_is_invalid_until_the_spec_is_edited() -> None:
+    refused = {
+        "generation": 1,
+        "message": 'strict decoding error: unknown field "spec.backofLimit"',
+    }
+    sj = view(status=processed(spec(), H11, templateError=refused))
+
+    decision = decide(sj, [], H12)
+
+    assert decision.runs == []
+    assert condition(decision.status, "InvalidSpec")["status"] == "True"
+    assert (
+        "spec.jobTemplate: strict decoding error"
+        in condition(decision.status, "InvalidSpec")["message"]
+    )
+    edited = decide(
+        dataclasses.replace(sj, generation=2, status=decision.status), [], H12 + seconds(5)
+    )
+    assert condition(edited.status, "InvalidSpec")["status"] == "False"
+
+
 # --- 9. Job names --------------------------------------------------------------------------------
 
 

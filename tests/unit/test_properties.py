@@ -1,0 +1,750 @@
+"""Property-based tests (hypothesis) of the pure core: schedule arithmetic and decide().
+
+Schedules: random 5- and 6-field expressions whose fields are built from values, lists, ranges and
+steps, so the test knows which values each field names. Slots are checked against two independent
+brute-force oracles of the time rule (the module docstring of cronlease.schedule):
+
+* from the wall-clock side: every wall time the expression names maps to exactly one instant (its
+  first occurrence, or the end of the gap it falls in), and the slots are exactly those instants;
+* from the instant side: every minute (second) of the window is a slot exactly when its wall time
+  is named on its first occurrence, or it ends a gap in which a named wall time was skipped.
+
+decide(): random sequences of "now" fed to decide(), the status written back and the created Jobs
+added to the live model each time, as the shell does; bookkeeping invariants are checked throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from functools import cache
+from itertools import islice, pairwise
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from builders import after_apply, job_template, view
+from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import strategies as st
+
+from cronlease.jobs import JobInfo, JobState
+from cronlease.naming import (
+    ANNOTATION_RUN_NOW,
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+    format_time,
+    parse_time,
+)
+from cronlease.reconcile import ON_TIME_TOLERANCE, PlannedRun, ScheduledJobView, decide
+from cronlease.schedule import Schedule, ScheduleError
+
+# DST zones first: hypothesis draws the first elements of sampled_from more often.
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]
+DST_ZONES = frozenset({"Europe/Berlin", "America/New_York", "Australia/Lord_Howe"})
+START, END = datetime(2024, 1, 1, tzinfo=UTC), datetime(2029, 1, 1, tzinfo=UTC)
+MINUTE, SECOND = timedelta(minutes=1), timedelta(seconds=1)
+# Wall times whose slot can fall in a window lie within this much of the window's wall times
+# (DST shifts the wall clock by at most an hour in these zones).
+WALL_MARGIN = timedelta(minutes=65)
+
+
+def properties(max_examples: int) -> settings:
+    """Settings for every test here: no deadline, no example database (no .hypothesis dir)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+# --- the zones' transitions, found independently of cronlease.schedule ----------------------
+
+
+@cache
+def transitions(zone_name: str) -> tuple[datetime, ...]:
+    """Every instant in 2023-2029 at which `zone_name` changes its UTC offset (to the second)."""
+    zone = ZoneInfo(zone_name)
+
+    def offset(epoch: int) -> timedelta | None:
+        return datetime.fromtimestamp(epoch, zone).utcoffset()
+
+    found = []
+    day = 86_400
+    epoch = int(datetime(2023, 1, 1, tzinfo=UTC).timestamp())
+    stop = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp())
+    while epoch < stop:
+        if offset(epoch) != offset(epoch + day):
+            low, high = epoch, epoch + day  # offset(low) is the old one, offset(high) the new
+            while high - low > 1:
+                middle = (low + high) // 2
+                if offset(middle) == offset(epoch):
+                    low = middle
+                else:
+                    high = middle
+            found.append(datetime.fromtimestamp(high, UTC))
+        epoch += day
+    return tuple(found)
+
+
+def wall(instant: datetime, zone: ZoneInfo) -> datetime:
+    return instant.astimezone(zone).replace(tzinfo=None)
+
+
+# --- cron expressions that know what they mean -----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    text: str
+    values: frozenset[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cron:
+    """An expression and, per field, the values it names (day-of-week 7 folded onto 0)."""
+
+    fields: tuple[Field, ...]
+
+    @property
+    def expression(self) -> str:
+        return " ".join(field.text for field in self.fields)
+
+    @property
+    def has_seconds(self) -> bool:
+        return len(self.fields) == 6
+
+    @property
+    def unit(self) -> timedelta:
+        return SECOND if self.has_seconds else MINUTE
+
+    def _field(self, index_from_end: int) -> Field:
+        return self.fields[len(self.fields) - index_from_end]
+
+    @property
+    def seconds(self) -> frozenset[int]:
+        return self.fields[0].values if self.has_seconds else frozenset({0})
+
+    @property
+    def minutes(self) -> frozenset[int]:
+        return self._field(5).values
+
+    @property
+    def hours(self) -> frozenset[int]:
+        return self._field(4).values
+
+    @property
+    def days(self) -> Field:
+        return self._field(3)
+
+    @property
+    def months(self) -> frozenset[int]:
+        return self._field(2).values
+
+    @property
+    def weekdays(self) -> Field:
+        return self._field(1)
+
+    def day_matches(self, day: date) -> bool:
+        """Day-of-month OR day-of-week when both are restricted, else the restricted one.
+
+        croniter's notion of "restricted": a field is unrestricted if it is * or ?, or if it
+        names every value while the OTHER day field's text contains a * (classic cron's rule that
+        makes "0 0 1-31 * 1" fire daily).
+        """
+        days, weekdays = self.days, self.weekdays
+        days_star = days.text in ("*", "?") or (
+            days.values == frozenset(range(1, 32)) and "*" in weekdays.text
+        )
+        weekdays_star = weekdays.text in ("*", "?") or (
+            weekdays.values == frozenset(range(7)) and "*" in days.text
+        )
+        in_days = day.day in days.values
+        in_weekdays = (day.weekday() + 1) % 7 in weekdays.values
+        if days_star and weekdays_star:
+            return True
+        if days_star:
+            return in_weekdays
+        if weekdays_star:
+            return in_days
+        return in_days or in_weekdays
+
+    def matches(self, moment: datetime) -> bool:
+        """Whether the expression names naive wall-clock time `moment`."""
+        return (
+            moment.microsecond == 0
+            and moment.second in self.seconds
+            and moment.minute in self.minutes
+            and moment.hour in self.hours
+            and moment.month in self.months
+            and self.day_matches(moment.date())
+        )
+
+    def walls(self, low: datetime, high: datetime) -> Iterator[datetime]:
+        """Named naive wall times in [low, high], ascending."""
+        day = low.date()
+        while day <= high.date():
+            if day.month in self.months and self.day_matches(day):
+                for hour in sorted(self.hours):
+                    for minute in sorted(self.minutes):
+                        for second in sorted(self.seconds):
+                            moment = datetime(day.year, day.month, day.day, hour, minute, second)  # noqa: DTZ001
+                            if low <= moment <= high:
+                                yield moment
+            day += timedelta(days=1)
+
+
+# (name, low, high, names) per field; names map to low, low + 1, ...
+SECOND_SPEC = ("second", 0, 59, ())
+MINUTE_SPEC = ("minute", 0, 59, ())
+HOUR_SPEC = ("hour", 0, 23, ())
+DAY_SPEC = ("day-of-month", 1, 31, ())
+MONTH_SPEC = (
+    "month",
+    1,
+    12,
+    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
+)
+WEEKDAY_SPEC = ("day-of-week", 0, 7, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
+
+
+def _text(draw: st.DrawFn, value: int, low: int, names: tuple[str, ...]) -> str:
+    index = value - low
+    if names and index < len(names) and draw(st.booleans()):
+        name = names[index]
+        return name.lower() if draw(st.booleans()) else name
+    return str(value)
+
+
+@st.composite
+def cron_item(
+    draw: st.DrawFn, spec: tuple[str, int, int, tuple[str, ...]]
+) -> tuple[str, frozenset[int]]:
+    """One comma-separated item of a field: a value, a range, or a step, and the values it names."""
+    name, low, high, names = spec
+    # "*/n" and "a/n" run to the field's top; day-of-week tops out at 6 there (7 is Sunday again).
+    top = 6 if name == "day-of-week" else high
+    kind = draw(st.sampled_from(["value", "range", "range-step", "star-step", "value-step"]))
+    step = draw(st.integers(1, 99) if draw(st.integers(0, 4)) == 4 else st.integers(1, 12))
+    if kind == "value":
+        value = draw(st.integers(low, high))
+        return _text(draw, value, low, names), frozenset({value})
+    if kind == "star-step":
+        return f"*/{step}", frozenset(range(low, top + 1, step))
+    if kind == "value-step":
+        start = draw(st.integers(low, top))
+        return f"{start}/{step}", frozenset(range(start, top + 1, step))
+    start = draw(st.integers(low, high - 1))
+    end = draw(st.integers(start + 1, high))
+    use_names = names and end - low < len(names) and draw(st.booleans())
+    text = f"{names[start - low]}-{names[end - low]}" if use_names else f"{start}-{end}"
+    if kind == "range":
+        return text, frozenset(range(start, end + 1))
+    return f"{text}/{step}", frozenset(range(start, end + 1, step))
+
+
+@st.composite
+def cron_field(draw: st.DrawFn, spec: tuple[str, int, int, tuple[str, ...]], star: float) -> Field:
+    name, low, high, _ = spec
+    if draw(st.floats(0, 1)) < star:
+        text = "?" if name in ("day-of-month", "day-of-week") and draw(st.booleans()) else "*"
+        values = frozenset(range(low, high + 1))
+    else:
+        items = draw(st.lists(cron_item(spec), min_size=1, max_size=3))
+        text = ",".join(item[0] for item in items)
+        values = frozenset().union(*(item[1] for item in items))
+    if name == "day-of-week":
+        values = frozenset(value % 7 for value in values)
+    return Field(text, values)
+
+
+@st.composite
+def crons(draw: st.DrawFn, seconds: bool) -> Cron:
+    """Mostly dense expressions (so that small windows hold slots), sometimes sparse ones.
+
+    The hour field often names only some of the hours 1-3, in which the zones here change their
+    clocks: a schedule that names a gap hour but not the hour after it, or the repeated hour, is
+    where a wrong time rule shows.
+    """
+    if draw(st.integers(0, 2)) == 0:
+        dst_hours = sorted(draw(st.sets(st.integers(1, 3), min_size=1, max_size=2)))
+        hours = Field(",".join(map(str, dst_hours)), frozenset(dst_hours))
+    else:
+        hours = draw(cron_field(HOUR_SPEC, star=0.5))
+    fields = [
+        draw(cron_field(MINUTE_SPEC, star=0.2)),
+        hours,
+        draw(cron_field(DAY_SPEC, star=0.6)),
+        draw(cron_field(MONTH_SPEC, star=0.85)),
+        draw(cron_field(WEEKDAY_SPEC, star=0.5)),
+    ]
+    if seconds:
+        fields.insert(0, draw(cron_field(SECOND_SPEC, star=0.2)))
+    return Cron(tuple(fields))
+
+
+def parse(expression: str, zone_name: str) -> Schedule:
+    """The Schedule of a generated expression; only "never fires" may refuse it (Feb 30...)."""
+    try:
+        return Schedule.parse(expression, zone_name)
+    except ScheduleError as error:
+        message = str(error)
+    assert "never fires" in message, (expression, message)
+    assume(False)
+    raise AssertionError("unreachable: assume(False) ends the example")
+
+
+@st.composite
+def instants(draw: st.DrawFn, zone_name: str, near: timedelta) -> datetime:
+    """Uniform over 2024-2028, or up to `near` before (a little after) a DST transition."""
+    micros = draw(st.sampled_from([0, 0, 0, 1, 500_000, 999_999]))
+    changes = [t for t in transitions(zone_name) if START <= t < END]
+    if changes and draw(st.integers(0, 3)) > 0:
+        around = draw(st.sampled_from(changes))
+        offset = draw(st.integers(-int(near.total_seconds()), int(near.total_seconds() / 4)))
+        base = around + timedelta(seconds=offset)
+    else:
+        base = START + timedelta(seconds=draw(st.integers(0, int((END - START).total_seconds()))))
+    return base + timedelta(microseconds=micros)
+
+
+@st.composite
+def windows(
+    draw: st.DrawFn, cron: Cron, zone_name: str, scale: timedelta
+) -> tuple[datetime, datetime]:
+    """(after, until) reaching up to `scale` either side of an anchor: mostly a DST transition of
+    the zone, otherwise the slot of a wall time the expression names (so the window holds slots).
+    """
+    micros = timedelta(microseconds=draw(st.sampled_from([0, 0, 0, 1, 500_000, 999_999])))
+    # before == 0 (hypothesis likes it) puts `after` right on the anchor, often a slot itself
+    before = scale * draw(st.integers(0, 1000)) / 1000
+    beyond = scale * draw(st.integers(1, 1000)) / 1000
+    changes = [t for t in transitions(zone_name) if START <= t < END]
+    if changes and draw(st.integers(0, 3)) < 3:
+        anchor = draw(st.sampled_from(changes))
+    else:
+        day = datetime(2024, 1, 1) + timedelta(days=draw(st.integers(0, 5 * 365)))  # noqa: DTZ001
+        named = list(islice(cron.walls(day, day + timedelta(days=3)), 1000))
+        moment = draw(st.sampled_from(named)) if named else day
+        anchor = slot_of(zone_name, moment)
+    return anchor - before - micros, anchor + beyond - micros
+
+
+# --- the two oracles --------------------------------------------------------------------------
+
+
+def gap_end(zone_name: str, moment: datetime) -> datetime:
+    """The transition instant ending the gap in which naive wall time `moment` does not exist."""
+    zone = ZoneInfo(zone_name)
+    before = moment.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    after = moment.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    low, high = min(before, after), max(before, after)
+    ends = [t for t in transitions(zone_name) if low < t <= high]
+    assert len(ends) == 1, (zone_name, moment, ends)
+    return ends[0]
+
+
+def slot_of(zone_name: str, moment: datetime) -> datetime:
+    """The time rule: the instant at which naive wall time `moment` fires."""
+    zone = ZoneInfo(zone_name)
+    first = moment.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if wall(first, zone) == moment:
+        second = moment.replace(tzinfo=zone, fold=1).astimezone(UTC)
+        return min(first, second)  # the first occurrence of a repeated wall time
+    return gap_end(zone_name, moment)
+
+
+def slots_from_walls(
+    cron: Cron, zone_name: str, after: datetime, until: datetime
+) -> tuple[list[datetime], dict[datetime, list[datetime]]]:
+    """Oracle 1: the instants of all named wall times, and which wall times map to each."""
+    zone = ZoneInfo(zone_name)
+    low, high = wall(after, zone) - WALL_MARGIN, wall(until, zone) + WALL_MARGIN
+    by_slot: dict[datetime, list[datetime]] = {}
+    for moment in cron.walls(low, high):
+        slot = slot_of(zone_name, moment)
+        if after < slot <= until:
+            by_slot.setdefault(slot, []).append(moment)
+    return sorted(by_slot), by_slot
+
+
+def fires(cron: Cron, zone_name: str, instant: datetime) -> bool:
+    """Oracle 2: whether `instant` (on a whole unit) is a slot, judged from the instant side."""
+    zone = ZoneInfo(zone_name)
+    local = instant.astimezone(zone)
+    here = local.replace(tzinfo=None)
+    if cron.matches(here) and not local.fold:
+        return True
+    previous = wall(instant - cron.unit, zone)
+    skipped = previous + cron.unit
+    while skipped < here:  # only right after a spring-forward gap
+        if cron.matches(skipped):
+            return True
+        skipped += cron.unit
+    return False
+
+
+def units_in(after: datetime, until: datetime, unit: timedelta) -> Iterator[datetime]:
+    """Every whole-unit instant t with after < t <= until."""
+    step = int(unit.total_seconds())
+    epoch = int(after.timestamp()) // step * step + step
+    moment = datetime.fromtimestamp(epoch, UTC)
+    while moment <= until:
+        yield moment
+        moment += unit
+
+
+# --- schedule properties ----------------------------------------------------------------------
+
+
+def check_slots(
+    schedule: Schedule, cron: Cron, zone_name: str, after: datetime, until: datetime
+) -> None:
+    slots = schedule.slots_between(after, until, limit=100_000)
+    # strictly increasing UTC instants inside the window
+    assert all(slot.tzinfo is UTC for slot in slots)
+    assert all(earlier < later for earlier, later in pairwise(slots)), slots
+    assert all(after < slot <= until for slot in slots)
+    assert schedule.count_between(after, until) == len(slots)
+    # next_after walks exactly the same chain and then leaves the window
+    # (for a dense window, from a spread of 200 links: each call builds a croniter)
+    chain = list(zip([after, *slots], slots, strict=False))
+    for current, slot in chain[:: max(1, len(chain) // 200)] + chain[-1:]:
+        assert schedule.next_after(current) == slot, (current, slot)
+    beyond = schedule.next_after(slots[-1] if slots else after)
+    assert beyond is None or beyond > until
+    # the limit keeps the most recent slots
+    assert schedule.slots_between(after, until, limit=3) == slots[-3:]
+    # oracle 1: every named wall time maps to exactly one slot, and nothing else is a slot
+    expected, by_slot = slots_from_walls(cron, zone_name, after, until)
+    assert slots == expected, (cron.expression, zone_name, after, until)
+    # oracle 2: no instant between (or around) the slots is a slot
+    slot_set = set(slots)
+    for instant in units_in(after, until, cron.unit):
+        assert fires(cron, zone_name, instant) == (instant in slot_set), (
+            cron.expression,
+            zone_name,
+            instant,
+        )
+    # DST: a wall-clock time never fires twice (the fold's second pass is silent)
+    zone = ZoneInfo(zone_name)
+    local_walls = [wall(slot, zone) for slot in slots]
+    assert len(set(local_walls)) == len(local_walls)
+    # several named wall times share a slot only when they fall in one gap
+    for slot, moments in by_slot.items():
+        if len(moments) > 1 or wall(slot, zone) != moments[0]:
+            assert zone_name in DST_ZONES
+            assert slot in transitions(zone_name)
+            event("a named wall time in a spring-forward gap")
+    if any(after < change <= until for change in transitions(zone_name)):
+        event("the window holds a DST transition")
+    event("slots in the window" if slots else "no slot in the window")
+
+
+@properties(200)
+@given(data=st.data(), cron=crons(seconds=False), zone_name=st.sampled_from(ZONES))
+def test_minute_schedules_follow_the_time_rule(
+    data: st.DataObject, cron: Cron, zone_name: str
+) -> None:
+    schedule = parse(cron.expression, zone_name)
+    after, until = data.draw(windows(cron, zone_name, timedelta(hours=12)), label="window")
+    check_slots(schedule, cron, zone_name, after, until)
+
+
+@properties(150)
+@given(data=st.data(), cron=crons(seconds=True), zone_name=st.sampled_from(ZONES))
+def test_second_schedules_follow_the_time_rule(
+    data: st.DataObject, cron: Cron, zone_name: str
+) -> None:
+    schedule = parse(cron.expression, zone_name)
+    after, until = data.draw(windows(cron, zone_name, timedelta(minutes=15)), label="window")
+    check_slots(schedule, cron, zone_name, after, until)
+
+
+@properties(100)
+@given(
+    data=st.data(),
+    seconds=st.booleans(),
+    zone_name=st.sampled_from(ZONES),
+    probes=st.lists(st.floats(0, 1), min_size=1, max_size=5),
+)
+def test_next_after_any_instant_is_the_first_later_slot(
+    data: st.DataObject, seconds: bool, zone_name: str, probes: list[float]
+) -> None:
+    cron = data.draw(crons(seconds=seconds), label="cron")
+    schedule = parse(cron.expression, zone_name)
+    scale = timedelta(minutes=30) if seconds else timedelta(hours=12)
+    after, until = data.draw(windows(cron, zone_name, scale), label="window")
+    expected, _ = slots_from_walls(cron, zone_name, after, until)
+    for fraction in probes:
+        probe = after + (until - after) * fraction
+        later = [slot for slot in expected if slot > probe]
+        following = schedule.next_after(probe)
+        if later:
+            assert following == later[0], (cron.expression, zone_name, probe)
+        else:
+            assert following is None or following > until
+
+
+@properties(60)
+@given(
+    data=st.data(),
+    seconds=st.booleans(),
+    zone_name=st.sampled_from(ZONES),
+    days=st.integers(1, 60),
+)
+def test_long_windows_chain_without_gaps(
+    data: st.DataObject, seconds: bool, zone_name: str, days: int
+) -> None:
+    """Over weeks, the most recent slots still form an unbroken next_after chain."""
+    cron = data.draw(crons(seconds=seconds), label="cron")
+    schedule = parse(cron.expression, zone_name)
+    after = data.draw(instants(zone_name, near=timedelta(days=days)), label="after")
+    until = after + timedelta(days=days)
+    slots = schedule.slots_between(after, until, limit=300)
+    assert all(earlier < later for earlier, later in pairwise(slots))
+    assert all(after < slot <= until for slot in slots)
+    for earlier, later in pairwise(slots):
+        assert schedule.next_after(earlier) == later
+    if slots:
+        beyond = schedule.next_after(slots[-1])
+        assert beyond is None or beyond > until
+        first = schedule.next_after(after)
+        assert first is not None
+        assert first <= slots[0]
+    else:
+        following = schedule.next_after(after)
+        assert following is None or following > until
+
+
+# --- decide() ---------------------------------------------------------------------------------
+
+POLICIES = ["Allow", "Forbid", "Replace"]
+DEADLINES = [None, 0, 1, 5, 30, 120, 3600]
+
+
+@st.composite
+def decide_schedules(draw: st.DrawFn) -> str:
+    """Schedules dense enough that a few 0-300 s steps cross several slots."""
+    kind = draw(st.sampled_from(["every-n-seconds", "every-n-minutes", "cron"]))
+    if kind == "every-n-seconds":
+        return f"*/{draw(st.sampled_from([1, 2, 5, 10, 15, 30, 45]))} * * * * *"
+    if kind == "every-n-minutes":
+        return f"*/{draw(st.integers(1, 20))} * * * *"
+    return draw(crons(seconds=draw(st.booleans()))).expression
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    wait: float | None  # seconds until the next decision; None: at the decision's wake_at
+    lag: float  # how late the loop wakes up after wake_at
+    finish: float  # the share of active Jobs that finish before it
+    failed: bool
+    toggle_suspend: bool
+    run_now: bool
+
+
+steps_strategy = st.lists(
+    st.builds(
+        Step,
+        wait=st.one_of(st.none(), st.just(0.0), st.floats(0, 300), st.integers(0, 300).map(float)),
+        lag=st.sampled_from([0.0, 0.001, 0.2, 0.9, 1.5]),
+        finish=st.sampled_from([0.0, 0.5, 1.0]),
+        failed=st.booleans(),
+        toggle_suspend=st.integers(0, 5).map(lambda n: n == 0),
+        run_now=st.integers(0, 6).map(lambda n: n == 0),
+    ),
+    min_size=3,
+    max_size=25,
+)
+
+
+def finish_some(jobs: list[JobInfo], share: float, failed: bool, now: datetime) -> list[JobInfo]:
+    """The Job controller's part: the first `share` of the active Jobs end at `now`."""
+    active = [job for job in jobs if job.state is JobState.ACTIVE]
+    ending = {job.uid for job in active[: int(len(active) * share)]}
+    state = JobState.FAILED if failed else JobState.SUCCEEDED
+    return [
+        dataclasses.replace(job, state=state, started_at=job.created_at, finished_at=now)
+        if job.uid in ending
+        else job
+        for job in jobs
+    ]
+
+
+@properties(200)
+@given(
+    data=st.data(),
+    zone_name=st.sampled_from(ZONES),
+    policy=st.sampled_from(POLICIES),
+    deadline=st.sampled_from(DEADLINES),
+    suspend=st.integers(0, 3).map(lambda n: n == 3),
+    limits=st.tuples(st.integers(0, 3), st.integers(0, 2)),
+    one_off=st.integers(0, 9).map(lambda n: n == 0),
+    steps=steps_strategy,
+)
+def test_decide_runs_or_records_every_slot_exactly_once(
+    data: st.DataObject,
+    zone_name: str,
+    policy: str,
+    deadline: int | None,
+    suspend: bool,
+    limits: tuple[int, int],
+    one_off: bool,
+    steps: list[Step],
+) -> None:
+    created = data.draw(instants(zone_name, near=timedelta(hours=2)), label="created")
+    created = created.replace(microsecond=0)  # creationTimestamp has whole seconds
+    raw: dict[str, Any] = {
+        "timeZone": zone_name,
+        "concurrencyPolicy": policy,
+        "suspend": suspend,
+        "successfulJobsHistoryLimit": limits[0],
+        "failedJobsHistoryLimit": limits[1],
+        "jobTemplate": job_template(),
+    }
+    if deadline is not None:
+        raw["startingDeadlineSeconds"] = deadline
+    run_at: datetime | None = None
+    schedule: Schedule | None = None
+    if one_off:
+        run_at = created + timedelta(seconds=data.draw(st.integers(-600, 3000), label="runAt"))
+        raw["runAt"] = run_at.isoformat()
+    else:
+        raw["schedule"] = data.draw(decide_schedules(), label="schedule")
+        schedule = parse(raw["schedule"], zone_name)
+    sj: ScheduledJobView = view(raw, created_at=created)
+    jobs: list[JobInfo] = []
+    now = created + timedelta(seconds=data.draw(st.floats(0, 300), label="first wait"))
+    run_slots: list[datetime] = []
+    job_names: set[str] = set()
+    tokens_run: list[str] = []
+    skipped_in_decisions = 0
+    cursor: datetime | None = None
+
+    for index, step in enumerate(steps):
+        decision = decide(sj, jobs, now)
+        assert not decision.recorded, "the model holds every created Job: nothing to re-record"
+        for run in decision.runs:
+            assert run.job_name not in job_names, f"a second Job named {run.job_name}"
+            job_names.add(run.job_name)
+            if run.trigger == TRIGGER_MANUAL:
+                assert run.run_now_token is not None
+                tokens_run.append(run.run_now_token)
+                continue
+            assert run.trigger == TRIGGER_SCHEDULE
+            assert run.slot <= now
+            assert cursor is None or run.slot > cursor, "a slot at or before processedUntil ran"
+            if deadline is not None:
+                assert now - run.slot <= timedelta(seconds=deadline) + ON_TIME_TOLERANCE
+            if schedule is not None:
+                # the slot is a slot of the schedule
+                assert schedule.slots_between(run.slot - SECOND, run.slot) == [run.slot]
+            else:
+                assert run.slot == run_at
+            run_slots.append(run.slot)
+        skipped_in_decisions += sum(skip.count for skip in decision.skips)
+        assert len(run_slots) == len(set(run_slots)), "two runs for one slot"
+        assert len(tokens_run) == len(set(tokens_run)), "two manual runs for one token"
+
+        sj, jobs = after_apply(sj, jobs, decision)
+        processed = parse_time(sj.status.get("processedUntil"))
+        if cursor is not None:
+            assert processed is not None
+            assert processed >= cursor, "processedUntil went back"
+        cursor = processed
+        if policy != "Allow":
+            active = [job for job in jobs if job.state is JobState.ACTIVE and not job.deleting]
+            assert len(active) <= 1, f"{policy}: {[job.name for job in active]}"
+
+        if index == len(steps) - 1:
+            break
+        jobs = finish_some(jobs, step.finish, step.failed, now)
+        if step.toggle_suspend:
+            spec = {**sj.spec, "suspend": not sj.spec.get("suspend", False)}
+            sj = dataclasses.replace(sj, spec=spec, generation=sj.generation + 1)
+        if step.run_now:
+            annotations = {ANNOTATION_RUN_NOW: f"token-{index}"}
+            sj = dataclasses.replace(sj, annotations=annotations)
+        if step.wait is not None:
+            now += timedelta(seconds=step.wait)
+        elif decision.wake_at is not None:  # as the shell does: sleep until wake_at
+            now = max(now, min(decision.wake_at, now + timedelta(seconds=300)))
+            now += timedelta(seconds=step.lag)
+
+    status = sj.status
+    skipped = sum((status.get("slotsSkipped") or {}).values())
+    assert skipped == skipped_in_decisions
+    assert status["runsCreated"] == len(job_names)
+    if schedule is not None:
+        expected = schedule.count_between(created, now)
+    else:
+        assert run_at is not None
+        expected = 1 if run_at <= now else 0
+    assert len(run_slots) + skipped == expected, (run_slots, status.get("slotsSkipped"))
+    event(f"{'some' if run_slots else 'no'} scheduled runs")
+    event(f"slots due in total: {'0' if not expected else '1-9' if expected < 10 else '10+'}")
+    event(f"{'some' if tokens_run else 'no'} manual runs")
+    for reason in status.get("slotsSkipped") or {}:
+        event(f"slots skipped: {reason}")
+
+
+# --- runAt: any instant the API server's date-time format accepts -----------------------------
+
+NOW = datetime(2026, 1, 5, 8, 30, tzinfo=UTC)
+LABEL_VALUE_MAX = 63  # a Job's name becomes the value of its pods' job-name label
+
+
+@st.composite
+def rfc3339(draw: st.DrawFn, low: date, high: date) -> str:
+    """An RFC 3339 date-time with an offset, as the CRD's `format: date-time` accepts it."""
+    day, clock = draw(st.dates(low, high)), draw(st.times())
+    minutes = draw(st.integers(-(23 * 60 + 59), 23 * 60 + 59))
+    sign, size = ("-" if minutes < 0 else "+"), abs(minutes)
+    offset = f"{sign}{size // 60:02d}:{size % 60:02d}"
+    if minutes == 0 and draw(st.booleans()):
+        offset = "Z"
+    return f"{day.year:04d}-{day.month:02d}-{day.day:02d}T{clock:%H:%M:%S}{offset}"
+
+
+def run_at_decisions(name: str, run_at: str) -> list[PlannedRun]:
+    """The runs of two consecutive decisions (the second sees the first's status)."""
+    raw = {"runAt": run_at, "jobTemplate": job_template()}
+    sj = view(raw, name=name, created_at=NOW - timedelta(hours=1))
+    first = decide(sj, [], NOW)
+    sj, jobs = after_apply(sj, [], first)
+    second = decide(sj, jobs, NOW + SECOND)
+    return [*first.runs, *second.runs]
+
+
+@properties(200)
+@given(
+    name=st.integers(1, 52).map(lambda size: "a" * size),
+    run_at=rfc3339(date(1970, 1, 2), date(2286, 11, 19)),
+)
+def test_run_at_job_names_fit_a_label_value(name: str, run_at: str) -> None:
+    for run in run_at_decisions(name, run_at):
+        assert len(run.job_name) <= LABEL_VALUE_MAX, run.job_name
+
+
+@properties(100)
+@example(run_at="0001-01-01T00:00:00+01:00")
+@example(run_at="9999-12-31T23:59:59-01:00")
+@given(run_at=rfc3339(date(1000, 1, 1), date(9999, 12, 31)))
+def test_decide_never_raises_for_an_accepted_run_at(run_at: str) -> None:
+    run_at_decisions("backup", run_at)
+
+
+@properties(100)
+@example(moment=datetime(999, 1, 1, tzinfo=UTC))
+@given(moment=st.datetimes(timezones=st.just(UTC)).map(lambda t: t.replace(microsecond=0)))
+def test_format_time_round_trips(moment: datetime) -> None:
+    assert parse_time(format_time(moment)) == moment
+
+
+@properties(100)
+@example(run_at="1900-01-01T00:00:00Z")
+@given(run_at=rfc3339(date(1000, 1, 1), date(1969, 12, 31)))
+def test_run_at_before_1970_job_names_fit_a_label_value(run_at: str) -> None:
+    for run in run_at_decisions("a" * 52, run_at):
+        assert len(run.job_name) <= LABEL_VALUE_MAX, run.job_name
