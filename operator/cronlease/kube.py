@@ -98,11 +98,12 @@ class KubeApi:
 
     # Jobs
 
-    async def create_job(self, job: dict[str, Any]) -> dict[str, Any]:
+    async def create_job(self, job: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         namespace = job["metadata"]["namespace"]
         # Strict: a typo in jobTemplate.spec is refused, not dropped (it would run on defaults).
         path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-        return await self.request("POST", path, job, query=[("fieldValidation", "Strict")])
+        query = [("fieldValidation", "Strict"), *([("dryRun", "All")] if dry_run else [])]
+        return await self.request("POST", path, job, query=query)
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")

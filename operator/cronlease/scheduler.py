@@ -90,6 +90,7 @@ class Scheduler:
         self._event_pool = asyncio.Semaphore(4)
         self._background: set[asyncio.Task[None]] = set()
         self._seeded = False
+        self._checked_generation: dict[str, int] = {}  # ScheduledJob uid -> template dry-run
         # Test hook: widen the window between the client-side check and the create, where a
         # paused leader (GC, SIGSTOP) can lose its Lease unawares; the API server must fence it.
         self._hold_before_create = test_hold_before_create
@@ -199,6 +200,8 @@ class Scheduler:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
         sj = ScheduledJobView.from_object(obj)
+        if not await self._template_accepted(sj, obj):
+            return None  # recorded in status; the resulting watch event decides again
         jobs, now = self.model.jobs_of(sj.uid), datetime.now(UTC)
         behind = parse_time(sj.status.get("processedUntil"))
         if behind is not None and now - behind > LONG_CATCH_UP:
@@ -208,6 +211,34 @@ class Scheduler:
             decision = decide(sj, jobs, now)
         await self._apply(sj, obj, decision)
         return decision.wake_at.timestamp() if decision.wake_at else None
+
+    async def _template_accepted(self, sj: ScheduledJobView, obj: dict[str, Any]) -> bool:
+        """Once per generation (and replica), a dry-run create of the template: a typo is then
+        reported at once as InvalidSpec, not at the first slot, which may be hours away."""
+        refused = sj.status.get("templateError") or {}
+        if self._checked_generation.get(sj.uid) == sj.generation or (
+            refused.get("generation") == sj.generation
+        ):
+            return True
+        run = PlannedRun(f"{sj.name}-check", datetime.now(UTC), TRIGGER_SCHEDULE)
+        self._check_leading()
+        try:
+            await self.api.create_job(
+                build_job(sj, run, self.leadership.identity, self.leadership.token), dry_run=True
+            )
+        except ApiError as error:
+            if error.status in (400, 422):
+                await self._record_refused_template(sj, obj, error.message)
+                return False
+        self._checked_generation[sj.uid] = sj.generation
+        return True
+
+    async def _record_refused_template(
+        self, sj: ScheduledJobView, obj: dict[str, Any], message: str
+    ) -> None:
+        """Recorded for this generation; the next decision reports InvalidSpec and stops."""
+        refused = {"generation": sj.generation, "message": message}
+        await self._write_status(sj, obj, {**obj.get("status", {}), "templateError": refused})
 
     # Applying a decision
 
@@ -252,10 +283,7 @@ class Scheduler:
             try:
                 await self._create(sj, run)
             except TemplateRefused as refused:
-                # Recorded for this generation; the next decision reports InvalidSpec and stops.
-                status = {**obj.get("status", {}), "templateError": {
-                    "generation": sj.generation, "message": str(refused)}}  # fmt: skip
-                await self._write_status(sj, obj, status)
+                await self._record_refused_template(sj, obj, str(refused))
                 return
         for skip in decision.skips:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
