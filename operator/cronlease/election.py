@@ -66,6 +66,7 @@ class LeaseElector:
         self._changed = asyncio.Event()  # leadership gained or lost
         self._poke = asyncio.Event()  # re-read the Lease now
         self._stopped = False
+        self._loop_task: asyncio.Task[None] | None = None
 
     # The Leadership interface
 
@@ -105,6 +106,7 @@ class LeaseElector:
     # The election loop
 
     async def run(self) -> None:
+        self._loop_task = asyncio.current_task()
         while not self._stopped:
             try:
                 await self._try_acquire_or_renew()
@@ -115,12 +117,17 @@ class LeaseElector:
                 await asyncio.wait_for(self._poke.wait(), self.config.retry_period)
 
     async def release(self) -> None:
-        """On graceful shutdown: give the Lease up so a standby need not wait for it to expire."""
+        """On graceful shutdown: give the Lease up so a standby need not wait for it to expire.
+
+        First no new write may start, and one in flight may finish (cancelling it could leave an
+        acquisition on the server that we never learn of); then the Lease itself, not our memory
+        of it, says whether we hold it.
+        """
         self._stopped = True
-        was_leading = self.is_leading()
+        self._poke.set()
+        if self._loop_task is not None and self._loop_task is not asyncio.current_task():
+            await asyncio.wait([self._loop_task], timeout=5)
         self._lose("shutting down")
-        if not was_leading:
-            return
         try:
             lease = await self._get()
             if lease is None or lease["spec"].get("holderIdentity") != self.identity:
@@ -158,6 +165,8 @@ class LeaseElector:
             renewTime=now,
         )
         lease["spec"] = spec
+        if self._stopped:
+            return  # shutting down: never take or renew the Lease now
         try:
             await self._put(lease)
         except ApiError as error:
@@ -168,6 +177,8 @@ class LeaseElector:
         self._won(transitions, started)
 
     async def _create(self, started: float) -> None:
+        if self._stopped:
+            return
         now = _micro_time(datetime.now(UTC))
         lease = {
             "apiVersion": "coordination.k8s.io/v1",

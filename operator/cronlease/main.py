@@ -122,11 +122,13 @@ async def run(args: argparse.Namespace) -> None:
     tasks: list[asyncio.Task[None]] = []
 
     async def hand_over() -> None:
-        """Stop acting first, then give the Lease up so a standby takes over at once."""
-        for task in tasks:
-            task.cancel()
+        """Stop acting first, then give the Lease up so a standby takes over at once (the
+        elector stops itself inside release(), after any Lease write in flight)."""
+        tasks[0].cancel()  # the scheduler
         if isinstance(leadership, LeaseElector):
             await leadership.release()
+        for task in tasks:
+            task.cancel()
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
