@@ -29,6 +29,7 @@ import yaml
 
 from devcluster.replica import OperatorProcess
 from kube import Kube, condition, pod_template, wait_for
+from test_scheduledjob import events_of
 
 CORPUS = Path(__file__).with_name("invalid")
 REJECTED, INVALID_SPEC = "rejected", "invalid-spec"
@@ -113,11 +114,7 @@ def invalid_spec_condition(kube: Kube, namespace: str, name: str) -> dict[str, A
 
 
 def invalid_spec_events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
-    selector = f"involvedObject.name={name},involvedObject.kind=ScheduledJob,reason=InvalidSpec"
-    items: list[dict[str, Any]] = kube.json(
-        "get", "events", "-n", namespace, "--field-selector", selector
-    )["items"]
-    return items
+    return [event for event in events_of(kube, namespace, name) if event["reason"] == "InvalidSpec"]
 
 
 def jobs_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
