@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 import yaml
+from test_scheduledjob import events_of
 
 from devcluster.replica import OperatorProcess
 from kube import Kube, condition, pod_template, wait_for
-from test_scheduledjob import events_of
 
 CORPUS = Path(__file__).with_name("invalid")
 REJECTED, INVALID_SPEC = "rejected", "invalid-spec"
