@@ -2,7 +2,7 @@
 
 No on.create/update/resume handlers, no timers, no kopf peering: those keep per-object state in
 annotations that replicas would fight over. Handlers are async so they run on the loop that owns
-the model, never in a thread.
+the model, never in a thread. Jobs are watched by cronlease.jobwatch, which costs less per event.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any, cast
 import kopf
 
 from cronlease import GROUP, PLURAL, VERSION, metrics
-from cronlease.naming import LABEL_SCHEDULEDJOB
 from cronlease.scheduler import Scheduler
 
 
@@ -26,15 +25,6 @@ def register(registry: kopf.OperatorRegistry, scheduler: Scheduler) -> None:
         else:
             model.upsert_scheduledjob(_object(event))
         metrics.scheduledjobs.set(len(model.scheduledjobs))
-
-    @kopf.on.event(
-        "batch", "v1", "jobs", labels={LABEL_SCHEDULEDJOB: kopf.PRESENT}, registry=registry
-    )
-    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
-        if event["type"] == "DELETED":
-            model.delete_job(_object(event))
-        else:
-            model.upsert_job(_object(event))
 
 
 def _object(event: kopf.RawEvent) -> dict[str, Any]:

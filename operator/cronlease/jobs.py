@@ -21,7 +21,7 @@ class JobState(enum.StrEnum):
     FAILED = "Failed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobInfo:
     name: str
     uid: str

@@ -1,7 +1,8 @@
 """`cronlease`: run the operator.
 
-kopf runs the watches (standalone: kopf's peering is not leader election and has no fencing);
-our scheduler loop runs beside it on the same event loop and is the only thing that writes.
+kopf watches ScheduledJobs (standalone: kopf's peering is not leader election and has no
+fencing), cronlease.jobwatch their Jobs; our scheduler loop runs beside them on the same event
+loop and is the only thing that writes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import prometheus_client
 
 from cronlease import handlers
 from cronlease.election import ElectionConfig, LeaseElector
+from cronlease.jobwatch import JobWatch
 from cronlease.kube import KubeApi, load_config
 from cronlease.leadership import Leadership, SoleLeader
 from cronlease.scheduler import Scheduler
@@ -153,6 +155,7 @@ async def run(args: argparse.Namespace) -> None:
     prometheus_client.start_http_server(int(port), addr=host)
     log.info("cronlease %s starting; namespaces: %s", identity, ", ".join(namespaces) or "all")
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
+    tasks.append(asyncio.create_task(JobWatch(api, scheduler.model, namespaces).run(), name="jobs"))
     if isinstance(leadership, LeaseElector):
         tasks.append(asyncio.create_task(leadership.run(), name="election"))
     for task in tasks:
@@ -171,8 +174,9 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:
-    """The scheduler and the elector never return on their own: if one dies, so does the process,
-    so that Kubernetes restarts it, rather than leave a replica that watches and never acts."""
+    """The scheduler, the Job watch and the elector never return on their own: if one dies, so
+    does the process, so that Kubernetes restarts it, rather than leave a replica that watches
+    and never acts (or acts on a model that no longer sees its Jobs)."""
     if task.cancelled() or task.exception() is None:
         return
     log.critical("%s died", task.get_name(), exc_info=task.exception())

@@ -9,6 +9,7 @@ from resurrecting an object whose deletion the watch already delivered.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cronlease.jobs import JobInfo, job_info
@@ -22,18 +23,49 @@ def key_of(obj: dict[str, Any]) -> Key:
     return metadata.get("namespace", ""), metadata["name"]
 
 
-def _newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
+def version_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"].get("resourceVersion", ""))
+
+
+def _newer(new: str, old: str | None) -> bool:
     """resourceVersions are opaque, but etcd's are integers; compare them when they are. The same
     version is no news: our own writes reach the model first, their watch events after."""
-    if current is None:
+    if old is None:
         return True
-    new, old = (
-        candidate["metadata"].get("resourceVersion", ""),
-        current["metadata"].get("resourceVersion", ""),
-    )
     if new.isdigit() and old.isdigit():
         return int(new) > int(old)
     return True
+
+
+# Bookkeeping a decision never reads, and the bulk of a stored object: kept out of the model.
+UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without managedFields and kubectl's copy of itself; the rest is shared."""
+    metadata = {key: value for key, value in obj["metadata"].items() if key != "managedFields"}
+    annotations = metadata.get("annotations")
+    if annotations and any(name in annotations for name in UNREAD_ANNOTATIONS):
+        metadata["annotations"] = {
+            name: value for name, value in annotations.items() if name not in UNREAD_ANNOTATIONS
+        }
+    return {**obj, "metadata": metadata}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredJob:
+    """All the model keeps of a Job: what decisions read, and what orders copies of it."""
+
+    version: str
+    info: JobInfo
+    owner: Key | None  # from the owner label, to wake the ScheduledJob when the Job changes
+
+
+def _stored_job(obj: dict[str, Any]) -> StoredJob:
+    metadata = obj["metadata"]
+    owner_name = (metadata.get("labels") or {}).get(LABEL_SCHEDULEDJOB)
+    owner = (metadata.get("namespace", ""), owner_name) if owner_name else None
+    return StoredJob(version_of(obj), job_info(obj), owner)
 
 
 class Model:
@@ -45,7 +77,7 @@ class Model:
         self._on_change = on_change
         self._on_job_finished = on_job_finished
         self.scheduledjobs: dict[Key, dict[str, Any]] = {}
-        self._jobs: dict[Key, dict[str, Any]] = {}
+        self._jobs: dict[Key, StoredJob] = {}
         self._jobs_by_owner: dict[str, dict[str, JobInfo]] = {}
         self._tombstones: dict[tuple[str, Key], int] = {}
 
@@ -53,9 +85,12 @@ class Model:
 
     def upsert_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
-        if self._buried("sj", obj) or not _newer(obj, self.scheduledjobs.get(key)):
+        current = self.scheduledjobs.get(key)
+        if self._buried("sj", obj) or not _newer(
+            version_of(obj), version_of(current) if current else None
+        ):
             return
-        self.scheduledjobs[key] = obj
+        self.scheduledjobs[key] = _slim(obj)
         self._on_change(key)
 
     def delete_scheduledjob(self, obj: dict[str, Any]) -> None:
@@ -67,33 +102,54 @@ class Model:
 
     def upsert_job(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
-        if self._buried("job", obj) or not _newer(obj, self._jobs.get(key)):
+        current = self._jobs.get(key)
+        if self._buried("job", obj) or not _newer(
+            version_of(obj), current.version if current else None
+        ):
             return
-        previous = self._jobs.get(key)
-        self._jobs[key] = obj
-        info = job_info(obj)
+        stored = self._jobs[key] = _stored_job(obj)
+        info = stored.info
+        previous = None
         if info.owner_uid:
-            self._jobs_by_owner.setdefault(info.owner_uid, {})[info.name] = info
-        if self._on_job_finished and info.finished and previous and not job_info(previous).finished:
+            owned = self._jobs_by_owner.setdefault(info.owner_uid, {})
+            previous = owned.get(info.name)
+            owned[info.name] = info
+        if info == previous:
+            return  # pod counts, ready, finalizer bookkeeping: nothing a decision reads
+        if self._on_job_finished and info.finished and previous and not previous.finished:
             self._on_job_finished(obj)
-        self._notify_owner(obj)
+        self._notify_owner(stored)
 
     def delete_job(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         self._bury("job", obj)
-        stored = self._jobs.pop(key, None) or obj
-        info = job_info(stored)
-        if info.owner_uid:
-            self._jobs_by_owner.get(info.owner_uid, {}).pop(info.name, None)
-        self._notify_owner(stored)
+        stored = self._jobs.pop(key) if key in self._jobs else _stored_job(obj)
+        self._forget_job(stored)
+
+    def sync_jobs(self, namespace: str, items: list[dict[str, Any]], version: str) -> None:
+        """Take a full listing of `namespace` ("" for all) at resourceVersion `version`: what it
+        holds is upserted, and what it lacks was deleted while no watch was open, unless the
+        model's copy is newer than the listing (our own create response, ahead of it)."""
+        listed = {key_of(item) for item in items}
+        for item in items:
+            self.upsert_job(item)
+        for key, stored in list(self._jobs.items()):
+            if namespace and key[0] != namespace:
+                continue
+            if key not in listed and not _newer(stored.version, version):
+                self._forget_job(self._jobs.pop(key))
 
     def jobs_of(self, owner_uid: str) -> list[JobInfo]:
         return list(self._jobs_by_owner.get(owner_uid, {}).values())
 
-    def _notify_owner(self, job: dict[str, Any]) -> None:
-        owner = (job["metadata"].get("labels") or {}).get(LABEL_SCHEDULEDJOB)
-        if owner:
-            self._on_change((job["metadata"].get("namespace", ""), owner))
+    def _forget_job(self, stored: StoredJob) -> None:
+        if stored.info.owner_uid:
+            self._jobs_by_owner.get(stored.info.owner_uid, {}).pop(stored.info.name, None)
+        self._notify_owner(stored)
+
+    def _notify_owner(self, stored: StoredJob) -> None:
+        if stored.owner:
+            self._on_change(stored.owner)
 
     # Tombstones
 

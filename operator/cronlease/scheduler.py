@@ -14,7 +14,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -35,6 +35,8 @@ WAKE_CAP = 5.0
 MAX_BACKOFF = 60.0
 # A cursor this far behind means a long catch-up, decided in a worker thread.
 LONG_CATCH_UP = timedelta(minutes=10)
+# How long status writes and Events wait for a burst of creations to drain before going anyway.
+CREATIONS_FIRST_PATIENCE = 30.0
 
 
 class NotLeading(Exception):
@@ -63,6 +65,38 @@ def is_fencing_refusal(error: ApiError) -> bool:
     return error.status in (400, 403, 422) and FENCING_MESSAGE in error.body
 
 
+class CreationsFirst:
+    """Holds status writes and Events back while Job creations are under way.
+
+    At a shared slot every status write competes with the creations for the API server and for
+    this process, and each one echoes back as a watch event; creations alone set the lag. A
+    write waits until no creation is pending, or `patience` seconds at most, so a steady stream
+    of creations can delay status but never starve it. Losing a held write is harmless: a due
+    slot whose Job exists is recorded as a run by the next decision.
+    """
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def creating(self) -> Iterator[None]:
+        self._pending += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._pending -= 1
+            if not self._pending:
+                self._idle.set()
+
+    async def wait_turn(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self.patience)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -83,8 +117,9 @@ class Scheduler:
         self._in_flight: set[Key] = set()
         self._rerun: set[Key] = set()
         self._failures: dict[Key, int] = {}
-        # Creations set the lag, so at a burst they go first: status writes get fewer slots and
-        # Events fewer still (they are informational and may trail by a second).
+        # Creations set the lag, so at a burst they go first: status writes and Events wait for
+        # them to drain, then get fewer slots (Events fewest: they are informational).
+        self._creations = CreationsFirst(CREATIONS_FIRST_PATIENCE)
         self._create_pool = asyncio.Semaphore(max_concurrency)
         self._status_pool = asyncio.Semaphore(max(1, max_concurrency // 4))
         self._event_pool = asyncio.Semaphore(4)
@@ -292,6 +327,10 @@ class Scheduler:
         await self._write_status(sj, obj, decision.status)
 
     async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
+        with self._creations.creating():
+            await self._create_one(sj, run)
+
+    async def _create_one(self, sj: ScheduledJobView, run: PlannedRun) -> None:
         self._check_leading()
         job = build_job(sj, run, self.leadership.identity, self.leadership.token)
         if self._hold_before_create:
@@ -338,6 +377,7 @@ class Scheduler:
             return
         # A merge patch deletes a key only when told to with null.
         patch = {**{field: None for field in current if field not in status}, **status}
+        await self._creations.wait_turn()
         self._check_leading()
         version = obj["metadata"]["resourceVersion"]
         try:
@@ -361,6 +401,7 @@ class Scheduler:
         self._spawn(self._post_event(sj, kind, reason, message))
 
     async def _post_event(self, sj: ScheduledJobView, kind: str, reason: str, message: str) -> None:
+        await self._creations.wait_turn()
         async with self._event_pool:
             await post_event(self.api, sj, kind, reason, message, self.leadership.identity)
 

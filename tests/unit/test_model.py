@@ -1,0 +1,123 @@
+"""The live model: which watch events wake a decision, and which copies it keeps."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from builders import NAME, NAMESPACE, UID
+
+from cronlease.model import Key, Model
+from cronlease.naming import LABEL_SCHEDULEDJOB
+
+OWNER: Key = (NAMESPACE, NAME)
+
+
+def job_object(version: int, **status: Any) -> dict[str, Any]:
+    """A Job as the watch delivers it, owned by the builders' ScheduledJob."""
+    return {
+        "metadata": {
+            "name": f"{NAME}-29000000",
+            "namespace": NAMESPACE,
+            "uid": "uid-job",
+            "resourceVersion": str(version),
+            "creationTimestamp": "2026-01-05T09:00:00Z",
+            "labels": {LABEL_SCHEDULEDJOB: NAME},
+            "ownerReferences": [{"uid": UID, "controller": True}],
+        },
+        "status": status,
+    }
+
+
+COMPLETE = {
+    "startTime": "2026-01-05T09:00:00Z",
+    "completionTime": "2026-01-05T09:00:02Z",
+    "conditions": [{"type": "Complete", "status": "True"}],
+}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changes: list[Key] = []
+        self.finished: list[str] = []
+        self.model = Model(
+            self.changes.append,
+            on_job_finished=lambda job: self.finished.append(job["metadata"]["name"]),
+        )
+
+
+@pytest.mark.parametrize(
+    ("later_status", "wakes"),
+    [
+        ({"startTime": "2026-01-05T09:00:00Z", "active": 1, "ready": 1}, False),
+        (
+            {"startTime": "2026-01-05T09:00:00Z", "uncountedTerminatedPods": {"succeeded": ["p"]}},
+            False,
+        ),
+        ({"startTime": "2026-01-05T09:00:01Z", "active": 1}, True),
+        (COMPLETE, True),
+    ],
+    ids=["pod-counts", "finalizer-bookkeeping", "start-time", "completion"],
+)
+def test_a_job_update_wakes_its_owner_only_when_a_decision_could_change(
+    later_status: dict[str, Any], wakes: bool
+) -> None:
+    recorder = Recorder()
+    recorder.model.upsert_job(job_object(1, startTime="2026-01-05T09:00:00Z", active=1))
+    assert recorder.changes == [OWNER]
+    recorder.model.upsert_job(job_object(2, **later_status))
+    assert recorder.changes == [OWNER] * (2 if wakes else 1)
+    assert recorder.model.jobs_of(UID)[0].uid == "uid-job"
+
+
+def test_a_quiet_update_is_still_stored() -> None:
+    recorder = Recorder()
+    recorder.model.upsert_job(job_object(1, active=1))
+    recorder.model.upsert_job(job_object(2, active=1, ready=1))
+    recorder.model.delete_job(job_object(3, active=1, ready=1))
+    recorder.model.upsert_job(job_object(2, active=1, ready=1))  # a late LIST copy: buried
+    assert recorder.model.jobs_of(UID) == []
+
+
+def test_completion_is_counted_once_and_only_for_a_job_seen_running() -> None:
+    recorder = Recorder()
+    recorder.model.upsert_job(job_object(5, **COMPLETE))  # seeded finished: not a new result
+    assert recorder.finished == []
+    running = Recorder()
+    running.model.upsert_job(job_object(1, active=1))
+    running.model.upsert_job(job_object(2, **COMPLETE))
+    running.model.upsert_job(job_object(3, **copy.deepcopy(COMPLETE)))
+    assert running.finished == [f"{NAME}-29000000"]
+
+
+def test_an_older_copy_never_replaces_a_newer_one() -> None:
+    recorder = Recorder()
+    recorder.model.upsert_job(job_object(7, **COMPLETE))
+    recorder.model.upsert_job(job_object(6, active=1))
+    assert recorder.model.jobs_of(UID)[0].finished
+    assert recorder.changes == [OWNER]
+
+
+def test_a_relisting_forgets_jobs_deleted_while_no_watch_was_open() -> None:
+    recorder = Recorder()
+    recorder.model.upsert_job(job_object(3, active=1))
+    recorder.model.sync_jobs(NAMESPACE, [], version="10")
+    assert recorder.model.jobs_of(UID) == []
+    assert recorder.changes == [OWNER, OWNER]
+
+
+def test_a_relisting_keeps_a_job_newer_than_itself() -> None:
+    """Our own create response can be ahead of a listing served from the watch cache."""
+    recorder = Recorder()
+    recorder.model.upsert_job(job_object(12, active=1))
+    recorder.model.sync_jobs(NAMESPACE, [], version="10")
+    recorder.model.sync_jobs("another-namespace", [], version="20")
+    assert [info.uid for info in recorder.model.jobs_of(UID)] == ["uid-job"]
+
+
+def test_a_relisting_stores_what_it_lists() -> None:
+    recorder = Recorder()
+    recorder.model.sync_jobs("", [job_object(4, **COMPLETE)], version="10")
+    assert recorder.model.jobs_of(UID)[0].finished
+    assert recorder.changes == [OWNER]
