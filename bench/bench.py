@@ -6,7 +6,8 @@ the same burst, all due every minute. One watcher outside both controllers stamp
 of every Job; lag = arrival - slot, the slot read from the Job's cronlease.io/scheduled-at or
 batch.kubernetes.io/cronjob-scheduled-timestamp annotation. A plain client creating the same N
 Jobs at once gives the physical limit (suspended ones, with no pods to follow, the API server's
-alone). Each phase's namespace is gone before the next begins. RSS and CPU come from /proc.
+alone). Each phase ends by deleting what it made and giving the namespace up to three minutes
+to go before the next begins. RSS and CPU come from /proc.
 
     make bench                      # N = 100, 1000, 5000
     python bench/bench.py --n 100 --slots 1
@@ -28,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from cronlease.kube import ApiError, KubeApi, load_config
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
 from devcluster import ensure_cluster
@@ -41,6 +44,7 @@ CREATE_CONCURRENCY = 64  # the operator's own pool size, for the raw-create base
 TICK = 1.0 / 100  # /proc/<pid>/stat counts CPU time in clock ticks of 10 ms on Linux
 SAMPLE_PERIOD = 0.25
 NAMESPACE_GRACE = 180.0
+COLLECTION_DELETE_ATTEMPTS = 5
 # What creates Jobs, then the Jobs, deleted first at a phase's end (see delete_namespaces).
 FIRING = (
     "/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs",
@@ -252,6 +256,20 @@ async def remove_leftovers(api: KubeApi) -> None:
     await delete_namespaces(api, names)
 
 
+async def delete_collection(api: KubeApi, path: str) -> None:
+    """The API server cuts a request off after a minute; a collection of thousands may need
+    several (each deletes what it can in its minute)."""
+    for _ in range(COLLECTION_DELETE_ATTEMPTS):
+        try:
+            await api.request(
+                "DELETE", path, {"propagationPolicy": "Background"}, request_timeout=90
+            )
+            return
+        except (aiohttp.ClientError, TimeoutError) as error:
+            print(f"  deleting {path}: {error!r}; again", flush=True)
+    print(f"  {path} not emptied; the namespace controller finishes it", flush=True)
+
+
 async def delete_namespaces(api: KubeApi, names: list[str]) -> None:
     """Stop everything in them firing, then give the namespace controller up to NAMESPACE_GRACE
     to finish: the clean-up of thousands of Jobs and pods, at kube-controller-manager's default
@@ -259,11 +277,7 @@ async def delete_namespaces(api: KubeApi, names: list[str]) -> None:
     that fire go by one collection delete each, which the API server does itself, at once."""
     for name in names:
         for collection in FIRING:
-            await api.request(
-                "DELETE",
-                collection.format(namespace=name),
-                {"propagationPolicy": "Background"},
-            )
+            await delete_collection(api, collection.format(namespace=name))
         await delete_namespace(api, name)
     deadline = time.monotonic() + NAMESPACE_GRACE
     while names and time.monotonic() < deadline:
@@ -336,12 +350,13 @@ async def run_phase(
     burst = sampler.window(first.timestamp(), first.timestamp() + max(phase.burst_seconds, 0) + 3)
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
-    await delete_namespaces(api, [namespace])
     print(
         f"  {controller}: N={n} p50={phase.percentile(0.5):.3f} p99={phase.percentile(0.99):.3f} "
-        f"max={max(phase.lags, default=float('nan')):.3f} missing={phase.missing}",
+        f"max={max(phase.lags, default=float('nan')):.3f} missing={phase.missing} "
+        f"burst={phase.burst_seconds:.2f} s",
         flush=True,
     )
+    await delete_namespaces(api, [namespace])
     return phase
 
 
@@ -396,8 +411,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# cronlease vs CronJob ({results['started']})",
         "",
-        f"Machine: {results['machine']}. Every minute, N objects due at the same instant; one slot "
-        "per controller per N unless noted. Lag = Job ADDED event at an outside watcher - slot.",
+        f"Machine: {results['machine']}. Every minute, N objects due at the same instant; "
+        f"{results['slots']} measured slot(s) per controller and N. Lag = Job ADDED event at an "
+        "outside watcher - slot.",
         "",
         "Raw create: a plain client creating the same N Jobs at once (64 in flight, as the "
         "operator); burst = slot to the last Job of our first slot. Suspended: Jobs with no pods, "
@@ -528,6 +544,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         service_account_kubeconfig(kubeconfig, work / "kubeconfig"), work, "bench-operator"
     )
     operator.start()
+    try:
+        return await measure(args, api, operator)
+    finally:
+        operator.stop()  # also when the run fails: an orphan would keep the Lease
+        await api.close()
+
+
+async def measure(
+    args: argparse.Namespace, api: KubeApi, operator: OperatorProcess
+) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while "model seeded" not in operator.log():  # leading, with its model filled: ready to act
         if time.monotonic() > deadline:
@@ -567,21 +593,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
             results["by_n"][str(n)] = entry
+            write_partial(results, Path(args.out))
     finally:
         sampler.stop()
         watcher.stop()
-        operator.stop()
-        await api.close()
     results["targets"] = targets(results)
     results["phases"] = [asdict(p) for p in phases]
     write_results(results, phases, Path(args.out), plot_too=not args.no_plot)
     return results
 
 
+def write_partial(results: dict[str, Any], out: Path) -> None:
+    """After each N, so that an interrupted run keeps what it measured."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "partial.json").write_text(json.dumps(results, indent=2))
+
+
 def write_results(results: dict[str, Any], phases: list[Phase], out: Path, plot_too: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     (out / f"bench-{stamp}.json").write_text(json.dumps(results, indent=2))
+    (out / "partial.json").unlink(missing_ok=True)
     report = markdown(results)
     (out / "latest.md").write_text(report)
     if plot_too:
@@ -594,7 +626,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
-    parser.add_argument("--slots", type=int, default=1, help="measured slots per controller and N")
+    parser.add_argument("--slots", type=int, default=2, help="measured slots per controller and N")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(

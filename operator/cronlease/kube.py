@@ -80,9 +80,10 @@ class KubeApi:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        request_timeout: float = 30,
     ) -> dict[str, Any]:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        response = await self._send(method, path, query or [], headers, body, request_timeout=30)
+        response = await self._send(method, path, query or [], headers, body, request_timeout)
         text = await response.text()
         if not 200 <= response.status <= 299:
             raise ApiError(response.status, response.reason or "", text)

@@ -115,7 +115,10 @@ async def run(args: argparse.Namespace) -> None:
     identity = f"{args.identity}-{uuid.uuid4().hex[:6]}"
     api = KubeApi(await load_config(args.max_concurrency))
     namespaces = tuple(args.namespace)
-    leadership = leadership_from(args, api, identity)
+    # The Lease gets its own connections: a renewal must never queue behind a burst of our own
+    # Job creations and status writes for a free one (at 5,000 due at once it missed its deadline).
+    lease_api = KubeApi(await load_config(4))
+    leadership = leadership_from(args, lease_api, identity)
     scheduler = Scheduler(
         api, leadership, namespaces, args.max_concurrency, args.test_hold_before_create
     )
@@ -171,6 +174,7 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         await hand_over()  # a no-op if the cleanup handler did it
         await api.close()
+        await lease_api.close()
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:

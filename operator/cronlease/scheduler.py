@@ -26,7 +26,7 @@ from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import LABEL_SCHEDULEDJOB, TRIGGER_SCHEDULE, parse_time
-from cronlease.reconcile import Decision, PlannedRun, ScheduledJobView, decide
+from cronlease.reconcile import Decision, PlannedDeletion, PlannedRun, ScheduledJobView, decide
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,9 +70,9 @@ class CreationsFirst:
 
     At a shared slot every status write competes with the creations for the API server and for
     this process, and each one echoes back as a watch event; creations alone set the lag. A
-    write waits until no creation is pending, or `patience` seconds at most, so a steady stream
-    of creations can delay status but never starve it. Losing a held write is harmless: a due
-    slot whose Job exists is recorded as a run by the next decision.
+    write waits until no ScheduledJob is deciding or creating, or `patience` seconds at most, so
+    a steady stream of creations can delay status but never starve it. Losing a held write is
+    harmless: a due slot whose Job exists is recorded as a run by the next decision.
     """
 
     def __init__(self, patience: float) -> None:
@@ -120,7 +120,10 @@ class Scheduler:
         # Creations set the lag, so at a burst they go first: status writes and Events wait for
         # them to drain, then get fewer slots (Events fewest: they are informational).
         self._creations = CreationsFirst(CREATIONS_FIRST_PATIENCE)
-        self._create_pool = asyncio.Semaphore(max_concurrency)
+        # At most this many ScheduledJobs decide and create at once. The rest of a burst waits
+        # before deciding, so decisions interleave with the responses instead of all running
+        # before the first response is read.
+        self._act_pool = asyncio.Semaphore(max_concurrency)
         self._status_pool = asyncio.Semaphore(max(1, max_concurrency // 4))
         self._event_pool = asyncio.Semaphore(4)
         self._background: set[asyncio.Task[None]] = set()
@@ -231,6 +234,19 @@ class Scheduler:
             self.notify(key, wake)
 
     async def _reconcile(self, key: Key) -> float | None:
+        with self._creations.creating():
+            async with self._act_pool:
+                acted = await self._decide_and_act(key)
+        if acted is None:
+            return None
+        sj, obj, decision = acted
+        await self._record(sj, obj, decision)
+        return decision.wake_at.timestamp() if decision.wake_at else None
+
+    async def _decide_and_act(
+        self, key: Key
+    ) -> tuple[ScheduledJobView, dict[str, Any], Decision] | None:
+        """Decide, then delete and create; None when there is nothing left to record."""
         obj = self.model.scheduledjobs.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
@@ -244,8 +260,15 @@ class Scheduler:
             decision = await asyncio.to_thread(decide, sj, jobs, now)
         else:
             decision = decide(sj, jobs, now)
-        await self._apply(sj, obj, decision)
-        return decision.wake_at.timestamp() if decision.wake_at else None
+        for deletion in decision.deletions:
+            await self._delete(sj, deletion)
+        for run in decision.runs:
+            try:
+                await self._create(sj, run)
+            except TemplateRefused as refused:
+                await self._record_refused_template(sj, obj, str(refused))
+                return None
+        return sj, obj, decision
 
     async def _template_accepted(self, sj: ScheduledJobView, obj: dict[str, Any]) -> bool:
         """Once per generation (and replica), a dry-run create of the template: a typo is then
@@ -273,7 +296,9 @@ class Scheduler:
     ) -> None:
         """Recorded for this generation; the next decision reports InvalidSpec and stops."""
         refused = {"generation": sj.generation, "message": message}
-        await self._write_status(sj, obj, {**obj.get("status", {}), "templateError": refused})
+        status = {**obj.get("status", {}), "templateError": refused}
+        # Not held back for creations: this one is among them, and a refusal is a single write.
+        await self._write_status(sj, obj, status, creations_first=False)
 
     # Applying a decision
 
@@ -299,27 +324,20 @@ class Scheduler:
                 self._check_leading()
         raise RetryLater("writes still refused as stale although we hold the Lease")
 
-    async def _apply(self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision) -> None:
-        for deletion in decision.deletions:
-            self._check_leading()
-            try:
-                await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid)
-            except ApiError as error:
-                if error.status not in (404, 409):  # gone already, or a different Job now
-                    metrics.reconcile_errors.labels("delete").inc()
-                    raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
-            self._event(
-                sj,
-                "Normal",
-                "SuccessfulDelete",
-                f"deleted Job {deletion.job_name} ({deletion.reason})",
-            )
-        for run in decision.runs:
-            try:
-                await self._create(sj, run)
-            except TemplateRefused as refused:
-                await self._record_refused_template(sj, obj, str(refused))
-                return
+    async def _delete(self, sj: ScheduledJobView, deletion: PlannedDeletion) -> None:
+        self._check_leading()
+        try:
+            await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid)
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone already, or a different Job now
+                metrics.reconcile_errors.labels("delete").inc()
+                raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
+        self._event(
+            sj, "Normal", "SuccessfulDelete", f"deleted Job {deletion.job_name} ({deletion.reason})"
+        )
+
+    async def _record(self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision) -> None:
+        """What the decision did and skipped: metrics, Events, then status, after creations."""
         for skip in decision.skips:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
         for event in decision.events:
@@ -327,10 +345,6 @@ class Scheduler:
         await self._write_status(sj, obj, decision.status)
 
     async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
-        with self._creations.creating():
-            await self._create_one(sj, run)
-
-    async def _create_one(self, sj: ScheduledJobView, run: PlannedRun) -> None:
         self._check_leading()
         job = build_job(sj, run, self.leadership.identity, self.leadership.token)
         if self._hold_before_create:
@@ -339,8 +353,7 @@ class Scheduler:
             )
             await asyncio.sleep(self._hold_before_create)
         try:
-            async with self._create_pool:
-                created = await self._fenced(lambda: self.api.create_job(job))
+            created = await self._fenced(lambda: self.api.create_job(job))
         except ApiError as error:
             if error.status == 409 and await self._adopt_existing(sj, run):
                 return
@@ -365,7 +378,11 @@ class Scheduler:
         return False
 
     async def _write_status(
-        self, sj: ScheduledJobView, obj: dict[str, Any], status: dict[str, Any]
+        self,
+        sj: ScheduledJobView,
+        obj: dict[str, Any],
+        status: dict[str, Any],
+        creations_first: bool = True,
     ) -> None:
         status = {
             **status,
@@ -377,7 +394,8 @@ class Scheduler:
             return
         # A merge patch deletes a key only when told to with null.
         patch = {**{field: None for field in current if field not in status}, **status}
-        await self._creations.wait_turn()
+        if creations_first:
+            await self._creations.wait_turn()
         self._check_leading()
         version = obj["metadata"]["resourceVersion"]
         try:
