@@ -265,7 +265,9 @@ async def delete_collection(api: KubeApi, path: str) -> None:
                 "DELETE", path, {"propagationPolicy": "Background"}, request_timeout=90
             )
             return
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except (aiohttp.ClientError, TimeoutError, ApiError) as error:
+            if isinstance(error, ApiError) and error.status not in (429, 500, 503, 504):
+                raise
             print(f"  deleting {path}: {error!r}; again", flush=True)
     print(f"  {path} not emptied; the namespace controller finishes it", flush=True)
 
