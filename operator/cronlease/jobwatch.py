@@ -29,10 +29,19 @@ class Expired(Exception):
 
 
 class JobWatch:
-    def __init__(self, api: KubeApi, model: Model, namespaces: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        model: Model,
+        namespaces: tuple[str, ...],
+        listed: asyncio.Event,
+    ) -> None:
         self.api = api
         self.model = model
         self.scopes = namespaces or ("",)  # "" is every namespace
+        # Set once every scope has been listed into the model: a new leader decides after it.
+        self.listed = listed
+        self._unlisted = set(self.scopes)
 
     async def run(self) -> None:
         await asyncio.gather(*(self._follow(scope) for scope in self.scopes))
@@ -51,8 +60,6 @@ class JobWatch:
             except Expired:
                 log.info("Job watch in %r expired; listing again", namespace or "all namespaces")
                 version = None
-            except asyncio.CancelledError:
-                raise
             except Exception as error:  # a dropped connection, an API server restart, a 5xx
                 backoff = BACKOFFS[min(failures, len(BACKOFFS) - 1)]
                 failures += 1
@@ -63,6 +70,9 @@ class JobWatch:
     async def _list(self, namespace: str) -> str:
         listed = await self.api.list_jobs(LABEL_SCHEDULEDJOB, namespace)
         self.model.sync_jobs(namespace, listed["items"], listed["metadata"]["resourceVersion"])
+        self._unlisted.discard(namespace)
+        if not self._unlisted:
+            self.listed.set()
         return str(listed["metadata"]["resourceVersion"])
 
     async def _watch(self, namespace: str, version: str) -> str:

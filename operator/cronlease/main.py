@@ -119,9 +119,16 @@ async def run(args: argparse.Namespace) -> None:
     # Job creations and status writes for a free one (at 5,000 due at once it missed its deadline).
     lease_api = KubeApi(await load_config(4))
     leadership = leadership_from(args, lease_api, identity)
+    jobs_listed = asyncio.Event()
     scheduler = Scheduler(
-        api, leadership, namespaces, args.max_concurrency, args.test_hold_before_create
+        api,
+        leadership,
+        jobs_listed,
+        namespaces,
+        args.max_concurrency,
+        args.test_hold_before_create,
     )
+    job_watch = JobWatch(api, scheduler.model, namespaces, jobs_listed)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, scheduler)
     tasks: list[asyncio.Task[None]] = []
@@ -158,7 +165,7 @@ async def run(args: argparse.Namespace) -> None:
     prometheus_client.start_http_server(int(port), addr=host)
     log.info("cronlease %s starting; namespaces: %s", identity, ", ".join(namespaces) or "all")
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
-    tasks.append(asyncio.create_task(JobWatch(api, scheduler.model, namespaces).run(), name="jobs"))
+    tasks.append(asyncio.create_task(job_watch.run(), name="jobs"))
     if isinstance(leadership, LeaseElector):
         tasks.append(asyncio.create_task(leadership.run(), name="election"))
     for task in tasks:

@@ -25,7 +25,7 @@ from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
-from cronlease.naming import LABEL_SCHEDULEDJOB, TRIGGER_SCHEDULE, parse_time
+from cronlease.naming import TRIGGER_SCHEDULE, parse_time
 from cronlease.reconcile import Decision, PlannedDeletion, PlannedRun, ScheduledJobView, decide
 
 log = logging.getLogger(__name__)
@@ -102,11 +102,14 @@ class Scheduler:
         self,
         api: KubeApi,
         leadership: Leadership,
+        jobs_listed: asyncio.Event,
         namespaces: tuple[str, ...] = (),
         max_concurrency: int = 64,
         test_hold_before_create: float = 0.0,
     ) -> None:
         self.api = api
+        # Set by the Job watch once its first listing is in the model (cronlease.jobwatch).
+        self._jobs_listed = jobs_listed
         self.leadership = leadership
         self.namespaces = namespaces
         self.model = Model(self.notify, on_job_finished=self._count_result)
@@ -166,8 +169,9 @@ class Scheduler:
     async def _seed(self) -> None:
         """Fill the model once from the API server's watch cache before the first decision.
 
-        kopf's watches keep the model current on every replica, but kopf has no public signal for
-        "initial listing done"; without this a new leader could decide Forbid on a partial model.
+        kopf keeps ScheduledJobs current on every replica, but has no public signal for "initial
+        listing done", so they are listed here; the Jobs come from the Job watch's own listing,
+        awaited first. Without both a new leader could decide Forbid on a partial model.
         Retried until it succeeds: right after the CRD is installed the API server answers 429.
         """
         for attempt in itertools.count():
@@ -180,12 +184,11 @@ class Scheduler:
                 await asyncio.sleep(backoff)
 
     async def _list_into_model(self) -> None:
+        await self._jobs_listed.wait()  # the Job watch lists the Jobs; no second LIST here
         scopes = self.namespaces or ("",)
         for namespace in scopes:
             for item in (await self.api.list_scheduledjobs(namespace))["items"]:
                 self.model.upsert_scheduledjob(item)
-            for item in (await self.api.list_jobs(LABEL_SCHEDULEDJOB, namespace))["items"]:
-                self.model.upsert_job(item)
         self._seeded = True
         metrics.scheduledjobs.set(len(self.model.scheduledjobs))
         log.info("model seeded with %d ScheduledJobs", len(self.model.scheduledjobs))

@@ -441,14 +441,17 @@ def check_slots(
     event("slots in the window" if slots else "no slot in the window")
 
 
+def check_a_window(data: st.DataObject, cron: Cron, zone_name: str, span: timedelta) -> None:
+    after, until = data.draw(windows(cron, zone_name, span), label="window")
+    check_slots(parse(cron.expression, zone_name), cron, zone_name, after, until)
+
+
 @properties(200)
 @given(data=st.data(), cron=crons(seconds=False), zone_name=st.sampled_from(ZONES))
 def test_minute_schedules_follow_the_time_rule(
     data: st.DataObject, cron: Cron, zone_name: str
 ) -> None:
-    schedule = parse(cron.expression, zone_name)
-    after, until = data.draw(windows(cron, zone_name, timedelta(hours=12)), label="window")
-    check_slots(schedule, cron, zone_name, after, until)
+    check_a_window(data, cron, zone_name, timedelta(hours=12))
 
 
 @properties(150)
@@ -456,9 +459,7 @@ def test_minute_schedules_follow_the_time_rule(
 def test_second_schedules_follow_the_time_rule(
     data: st.DataObject, cron: Cron, zone_name: str
 ) -> None:
-    schedule = parse(cron.expression, zone_name)
-    after, until = data.draw(windows(cron, zone_name, timedelta(minutes=15)), label="window")
-    check_slots(schedule, cron, zone_name, after, until)
+    check_a_window(data, cron, zone_name, timedelta(minutes=15))
 
 
 @properties(100)
