@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 
-from cronlease.kube import ApiError, KubeApi, load_config
+from cronlease.kube import ApiError, KubeApi
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
 from devcluster import ensure_cluster
 from devcluster.cluster import kwok_pod_template
@@ -539,7 +539,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else ensure_cluster().kubeconfig
     install_chart(kubeconfig)
     os.environ["KUBECONFIG"] = str(kubeconfig)
-    api = KubeApi(await load_config(CREATE_CONCURRENCY))
+    api = KubeApi(CREATE_CONCURRENCY)
     await remove_leftovers(api)  # before the operator starts, or it would load them
     work = Path(tempfile.mkdtemp(prefix="cronlease-bench-"))
     operator = OperatorProcess(

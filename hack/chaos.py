@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cronlease.kube import KubeApi, load_config
+from cronlease.kube import KubeApi
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
@@ -285,7 +285,7 @@ async def main_async(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="cronlease-chaos-"))
     operator_config = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    api = KubeApi(await load_config(32))
+    api = KubeApi(32)
     seen = Observations()
     namespace = f"chaos-{uuid.uuid4().hex[:6]}"
     await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})

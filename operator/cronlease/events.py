@@ -10,14 +10,14 @@ from typing import Any
 from cronlease import GROUP, KIND, VERSION
 from cronlease.kube import ApiError, KubeApi
 from cronlease.naming import format_time
-from cronlease.reconcile import ScheduledJobView
+from cronlease.reconcile import ObjectRef
 
 log = logging.getLogger(__name__)
 COMPONENT = "cronlease"
 
 
 def event_body(
-    sj: ScheduledJobView, kind: str, reason: str, message: str, instance: str
+    sj: ObjectRef, kind: str, reason: str, message: str, instance: str
 ) -> dict[str, Any]:
     now = format_time(datetime.now(UTC))
     return {
@@ -44,7 +44,7 @@ def event_body(
 
 
 async def post_event(
-    api: KubeApi, sj: ScheduledJobView, kind: str, reason: str, message: str, instance: str
+    api: KubeApi, sj: ObjectRef, kind: str, reason: str, message: str, instance: str
 ) -> None:
     """Best effort: an Event that cannot be posted is logged, never fatal to a decision."""
     log.log(

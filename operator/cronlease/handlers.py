@@ -24,7 +24,7 @@ def register(registry: kopf.OperatorRegistry, scheduler: Scheduler) -> None:
             model.delete_scheduledjob(_object(event))
         else:
             model.upsert_scheduledjob(_object(event))
-        metrics.scheduledjobs.set(len(model.scheduledjobs))
+        metrics.scheduledjobs.set(model.scheduledjob_count)
 
 
 def _object(event: kopf.RawEvent) -> dict[str, Any]:

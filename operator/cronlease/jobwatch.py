@@ -15,7 +15,7 @@ import logging
 
 from cronlease import metrics
 from cronlease.kube import ApiError, KubeApi
-from cronlease.model import Model
+from cronlease.model import Key, Model, key_of
 from cronlease.naming import LABEL_SCHEDULEDJOB
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,18 @@ class JobWatch:
                 await asyncio.sleep(backoff)
 
     async def _list(self, namespace: str) -> str:
-        listed = await self.api.list_jobs(LABEL_SCHEDULEDJOB, namespace)
-        self.model.sync_jobs(namespace, listed["items"], listed["metadata"]["resourceVersion"])
+        listed: set[Key] = set()
+        version = ""
+        async for items, page_version in self.api.list_jobs(LABEL_SCHEDULEDJOB, namespace):
+            version = page_version  # the same on every page: the listing's
+            for item in items:
+                listed.add(key_of(item))
+                self.model.upsert_job(item)
+        self.model.forget_unlisted_jobs(namespace, listed, version)
         self._unlisted.discard(namespace)
         if not self._unlisted:
             self.listed.set()
-        return str(listed["metadata"]["resourceVersion"])
+        return version
 
     async def _watch(self, namespace: str, version: str) -> str:
         """One watch request, until the server ends it; returns the last version seen."""

@@ -22,7 +22,7 @@ import prometheus_client
 from cronlease import handlers
 from cronlease.election import ElectionConfig, LeaseElector
 from cronlease.jobwatch import JobWatch
-from cronlease.kube import KubeApi, load_config
+from cronlease.kube import LIST_PAGE, KubeApi, login
 from cronlease.leadership import Leadership, SoleLeader
 from cronlease.scheduler import Scheduler
 
@@ -113,11 +113,11 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
 
 async def run(args: argparse.Namespace) -> None:
     identity = f"{args.identity}-{uuid.uuid4().hex[:6]}"
-    api = KubeApi(await load_config(args.max_concurrency))
+    api = KubeApi(args.max_concurrency)
     namespaces = tuple(args.namespace)
     # The Lease gets its own connections: a renewal must never queue behind a burst of our own
     # Job creations and status writes for a free one (at 5,000 due at once it missed its deadline).
-    lease_api = KubeApi(await load_config(4))
+    lease_api = KubeApi(4)
     leadership = leadership_from(args, lease_api, identity)
     jobs_listed = asyncio.Event()
     scheduler = Scheduler(
@@ -143,9 +143,9 @@ async def run(args: argparse.Namespace) -> None:
             task.cancel()
 
     @kopf.on.login(registry=registry)
-    async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    def login_as_our_client(**_: Any) -> kopf.ConnectionInfo:
         """The same credentials as our own client: in-cluster ServiceAccount, else kubeconfig."""
-        return await kopf.login_via_async_client(**kwargs)
+        return login()
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -153,6 +153,10 @@ async def run(args: argparse.Namespace) -> None:
         settings.scanning.disabled = True  # no cluster-wide CRD/namespace listing needed
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
+        settings.watching.chunk_size = LIST_PAGE  # a page at a time, as our own listings
+        # A per-object worker holds its last event until it exits; the default 5 s, at a listing
+        # of 5,000, kept them all alive at once (events for one ScheduledJob are rare).
+        settings.queueing.idle_timeout = 0.5
         settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]
         settings.persistence.diffbase_storage = NoDiffBase()
 

@@ -8,6 +8,7 @@ from resurrecting an object whose deletion the watch already delivered.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,7 @@ UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without managedFields and kubectl's copy of itself; the rest is shared."""
+    """The object without managedFields and kubectl's copy of itself."""
     metadata = {key: value for key, value in obj["metadata"].items() if key != "managedFields"}
     annotations = metadata.get("annotations")
     if annotations and any(name in annotations for name in UNREAD_ANNOTATIONS):
@@ -50,6 +51,30 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
             name: value for name, value in annotations.items() if name not in UNREAD_ANNOTATIONS
         }
     return {**obj, "metadata": metadata}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredScheduledJob:
+    """A ScheduledJob as compact JSON, decoded when a decision reads it.
+
+    Kept as parsed JSON, each one was a hundred small dicts and strings, about 8 KB, allocated
+    in the middle of the garbage of the response it came from; those pinned the allocator's
+    arenas after a LIST or a burst of status writes, and at 5,000 ScheduledJobs the operator
+    held twice what it used. One bytes object each is a fifth of the size and pins nothing.
+    """
+
+    version: str
+    packed: bytes
+
+    def unpack(self) -> dict[str, Any]:
+        obj: dict[str, Any] = json.loads(self.packed)
+        return obj
+
+
+def _pack(obj: dict[str, Any]) -> StoredScheduledJob:
+    return StoredScheduledJob(
+        version_of(obj), json.dumps(_slim(obj), separators=(",", ":")).encode()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,27 +101,36 @@ class Model:
     ) -> None:
         self._on_change = on_change
         self._on_job_finished = on_job_finished
-        self.scheduledjobs: dict[Key, dict[str, Any]] = {}
+        self._scheduledjobs: dict[Key, StoredScheduledJob] = {}
         self._jobs: dict[Key, StoredJob] = {}
         self._jobs_by_owner: dict[str, dict[str, JobInfo]] = {}
         self._tombstones: dict[tuple[str, Key], int] = {}
 
     # ScheduledJobs
 
+    def scheduledjob(self, key: Key) -> dict[str, Any] | None:
+        """A fresh copy of the stored object: the caller may keep or change it freely."""
+        stored = self._scheduledjobs.get(key)
+        return stored.unpack() if stored else None
+
+    @property
+    def scheduledjob_count(self) -> int:
+        return len(self._scheduledjobs)
+
     def upsert_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
-        current = self.scheduledjobs.get(key)
+        current = self._scheduledjobs.get(key)
         if self._buried("sj", obj) or not _newer(
-            version_of(obj), version_of(current) if current else None
+            version_of(obj), current.version if current else None
         ):
             return
-        self.scheduledjobs[key] = _slim(obj)
+        self._scheduledjobs[key] = _pack(obj)
         self._on_change(key)
 
     def delete_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         self._bury("sj", obj)
-        self.scheduledjobs.pop(key, None)
+        self._scheduledjobs.pop(key, None)
 
     # Jobs
 
@@ -126,13 +160,10 @@ class Model:
         stored = self._jobs.pop(key) if key in self._jobs else _stored_job(obj)
         self._forget_job(stored)
 
-    def sync_jobs(self, namespace: str, items: list[dict[str, Any]], version: str) -> None:
-        """Take a full listing of `namespace` ("" for all) at resourceVersion `version`: what it
-        holds is upserted, and what it lacks was deleted while no watch was open, unless the
+    def forget_unlisted_jobs(self, namespace: str, listed: set[Key], version: str) -> None:
+        """After a full listing of `namespace` ("" for all) at resourceVersion `version`, whose
+        items were upserted: what it lacked was deleted while no watch was open, unless the
         model's copy is newer than the listing (our own create response, ahead of it)."""
-        listed = {key_of(item) for item in items}
-        for item in items:
-            self.upsert_job(item)
         for key, stored in list(self._jobs.items()):
             if namespace and key[0] != namespace:
                 continue

@@ -54,6 +54,16 @@ class SkipReason(enum.StrEnum):
     SUPERSEDED = "Superseded"
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Which ScheduledJob a deferred write or Event is about, and nothing more: a burst holds
+    thousands of those while creations go first, and each must not pin a whole object."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
 @dataclass(frozen=True)
 class ScheduledJobView:
     """The parts of a ScheduledJob object that decide() reads."""
@@ -82,6 +92,10 @@ class ScheduledJobView:
             status=obj.get("status") or {},
             annotations=metadata.get("annotations") or {},
         )
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.namespace, self.name, self.uid)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -26,7 +27,14 @@ from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import TRIGGER_SCHEDULE, parse_time
-from cronlease.reconcile import Decision, PlannedDeletion, PlannedRun, ScheduledJobView, decide
+from cronlease.reconcile import (
+    Decision,
+    ObjectRef,
+    PlannedDeletion,
+    PlannedRun,
+    ScheduledJobView,
+    decide,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,6 +45,17 @@ MAX_BACKOFF = 60.0
 LONG_CATCH_UP = timedelta(minutes=10)
 # How long status writes and Events wait for a burst of creations to drain before going anyway.
 CREATIONS_FIRST_PATIENCE = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    """A status merge patch, conditional on the version it was decided on. All a reconcile
+    keeps while it waits for creations to drain: at 5,000 due at once, holding each object and
+    its decision instead set the operator's memory high-water mark."""
+
+    ref: ObjectRef
+    version: str
+    patch: dict[str, Any]
 
 
 class NotLeading(Exception):
@@ -187,11 +206,12 @@ class Scheduler:
         await self._jobs_listed.wait()  # the Job watch lists the Jobs; no second LIST here
         scopes = self.namespaces or ("",)
         for namespace in scopes:
-            for item in (await self.api.list_scheduledjobs(namespace))["items"]:
-                self.model.upsert_scheduledjob(item)
+            async for items, _ in self.api.list_scheduledjobs(namespace):
+                for item in items:
+                    self.model.upsert_scheduledjob(item)
         self._seeded = True
-        metrics.scheduledjobs.set(len(self.model.scheduledjobs))
-        log.info("model seeded with %d ScheduledJobs", len(self.model.scheduledjobs))
+        metrics.scheduledjobs.set(self.model.scheduledjob_count)
+        log.info("model seeded with %d ScheduledJobs", self.model.scheduledjob_count)
 
     def _start(self, key: Key) -> None:
         if key in self._in_flight:
@@ -242,15 +262,15 @@ class Scheduler:
                 acted = await self._decide_and_act(key)
         if acted is None:
             return None
-        sj, obj, decision = acted
-        await self._record(sj, obj, decision)
-        return decision.wake_at.timestamp() if decision.wake_at else None
+        write, wake_at = acted
+        if write is not None:
+            await self._write_status(write)
+        return wake_at
 
-    async def _decide_and_act(
-        self, key: Key
-    ) -> tuple[ScheduledJobView, dict[str, Any], Decision] | None:
-        """Decide, then delete and create; None when there is nothing left to record."""
-        obj = self.model.scheduledjobs.get(key)
+    async def _decide_and_act(self, key: Key) -> tuple[StatusWrite | None, float | None] | None:
+        """Decide, delete and create, then record: the status write still to make, and when to
+        wake; None when there is nothing left to record."""
+        obj = self.model.scheduledjob(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
         sj = ScheduledJobView.from_object(obj)
@@ -271,7 +291,8 @@ class Scheduler:
             except TemplateRefused as refused:
                 await self._record_refused_template(sj, obj, str(refused))
                 return None
-        return sj, obj, decision
+        wake_at = decision.wake_at.timestamp() if decision.wake_at else None
+        return self._record(sj, obj, decision), wake_at
 
     async def _template_accepted(self, sj: ScheduledJobView, obj: dict[str, Any]) -> bool:
         """Once per generation (and replica), a dry-run create of the template: a typo is then
@@ -299,9 +320,10 @@ class Scheduler:
     ) -> None:
         """Recorded for this generation; the next decision reports InvalidSpec and stops."""
         refused = {"generation": sj.generation, "message": message}
-        status = {**obj.get("status", {}), "templateError": refused}
-        # Not held back for creations: this one is among them, and a refusal is a single write.
-        await self._write_status(sj, obj, status, creations_first=False)
+        write = self._status_write(sj, obj, {**obj.get("status", {}), "templateError": refused})
+        if write is not None:
+            # Not held back for creations: this one is among them, and a refusal is one write.
+            await self._write_status(write, creations_first=False)
 
     # Applying a decision
 
@@ -339,13 +361,15 @@ class Scheduler:
             sj, "Normal", "SuccessfulDelete", f"deleted Job {deletion.job_name} ({deletion.reason})"
         )
 
-    async def _record(self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision) -> None:
-        """What the decision did and skipped: metrics, Events, then status, after creations."""
+    def _record(
+        self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision
+    ) -> StatusWrite | None:
+        """What the decision did and skipped: metrics and Events now, status after creations."""
         for skip in decision.skips:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
         for event in decision.events:
             self._event(sj, event.type, event.reason, event.message)
-        await self._write_status(sj, obj, decision.status)
+        return self._status_write(sj, obj, decision.status)
 
     async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
         self._check_leading()
@@ -380,13 +404,10 @@ class Scheduler:
             return True
         return False
 
-    async def _write_status(
-        self,
-        sj: ScheduledJobView,
-        obj: dict[str, Any],
-        status: dict[str, Any],
-        creations_first: bool = True,
-    ) -> None:
+    def _status_write(
+        self, sj: ScheduledJobView, obj: dict[str, Any], status: dict[str, Any]
+    ) -> StatusWrite | None:
+        """The patch from the object's status to `status`, stamped; None if they are equal."""
         status = {
             **status,
             "leader": self.leadership.identity,
@@ -394,23 +415,28 @@ class Scheduler:
         }
         current = obj.get("status") or {}
         if status == current:
-            return
+            return None
         # A merge patch deletes a key only when told to with null.
         patch = {**{field: None for field in current if field not in status}, **status}
+        return StatusWrite(sj.ref, obj["metadata"]["resourceVersion"], patch)
+
+    async def _write_status(self, write: StatusWrite, creations_first: bool = True) -> None:
         if creations_first:
             await self._creations.wait_turn()
         self._check_leading()
-        version = obj["metadata"]["resourceVersion"]
+        ref = write.ref
         try:
             async with self._status_pool:
                 updated = await self._fenced(
-                    lambda: self.api.patch_status(sj.namespace, sj.name, patch, version)
+                    lambda: self.api.patch_status(
+                        ref.namespace, ref.name, write.patch, write.version
+                    )
                 )
         except ApiError as error:
             if error.status == 404:
                 return
             if error.status == 409:
-                fresh = await self.api.get_scheduledjob(sj.namespace, sj.name)
+                fresh = await self.api.get_scheduledjob(ref.namespace, ref.name)
                 self.model.upsert_scheduledjob(fresh)
                 raise Stale() from error
             metrics.reconcile_errors.labels("status").inc()
@@ -419,12 +445,12 @@ class Scheduler:
 
     def _event(self, sj: ScheduledJobView, kind: str, reason: str, message: str) -> None:
         """Events go out in the background: the hot path never waits for them."""
-        self._spawn(self._post_event(sj, kind, reason, message))
+        self._spawn(self._post_event(sj.ref, kind, reason, message))
 
-    async def _post_event(self, sj: ScheduledJobView, kind: str, reason: str, message: str) -> None:
+    async def _post_event(self, ref: ObjectRef, kind: str, reason: str, message: str) -> None:
         await self._creations.wait_turn()
         async with self._event_pool:
-            await post_event(self.api, sj, kind, reason, message, self.leadership.identity)
+            await post_event(self.api, ref, kind, reason, message, self.leadership.identity)
 
     @staticmethod
     def _count_result(job: dict[str, Any]) -> None:

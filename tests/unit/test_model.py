@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from builders import NAME, NAMESPACE, UID
 
-from cronlease.model import Key, Model
+from cronlease.model import Key, Model, key_of
 from cronlease.naming import LABEL_SCHEDULEDJOB
 
 OWNER: Key = (NAMESPACE, NAME)
@@ -102,7 +102,7 @@ def test_an_older_copy_never_replaces_a_newer_one() -> None:
 def test_a_relisting_forgets_jobs_deleted_while_no_watch_was_open() -> None:
     recorder = Recorder()
     recorder.model.upsert_job(job_object(3, active=1))
-    recorder.model.sync_jobs(NAMESPACE, [], version="10")
+    recorder.model.forget_unlisted_jobs(NAMESPACE, set(), version="10")
     assert recorder.model.jobs_of(UID) == []
     assert recorder.changes == [OWNER, OWNER]
 
@@ -111,13 +111,51 @@ def test_a_relisting_keeps_a_job_newer_than_itself() -> None:
     """Our own create response can be ahead of a listing served from the watch cache."""
     recorder = Recorder()
     recorder.model.upsert_job(job_object(12, active=1))
-    recorder.model.sync_jobs(NAMESPACE, [], version="10")
-    recorder.model.sync_jobs("another-namespace", [], version="20")
+    recorder.model.forget_unlisted_jobs(NAMESPACE, set(), version="10")
+    recorder.model.forget_unlisted_jobs("another-namespace", set(), version="20")
     assert [info.uid for info in recorder.model.jobs_of(UID)] == ["uid-job"]
 
 
-def test_a_relisting_stores_what_it_lists() -> None:
+def test_a_relisting_keeps_what_it_lists() -> None:
     recorder = Recorder()
-    recorder.model.sync_jobs("", [job_object(4, **COMPLETE)], version="10")
+    listed = job_object(4, **COMPLETE)
+    recorder.model.upsert_job(listed)
+    recorder.model.forget_unlisted_jobs("", {key_of(listed)}, version="10")
     assert recorder.model.jobs_of(UID)[0].finished
     assert recorder.changes == [OWNER]
+
+
+def scheduledjob_object(version: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "uid": UID,
+            "resourceVersion": str(version),
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                "team": "payments",
+            },
+        },
+        "spec": {"schedule": "* * * * *"},
+    }
+
+
+def test_a_stored_scheduledjob_is_its_slim_copy_and_each_read_is_a_fresh_one() -> None:
+    recorder = Recorder()
+    recorder.model.upsert_scheduledjob(scheduledjob_object(5))
+    first = recorder.model.scheduledjob(OWNER)
+    assert first is not None
+    assert "managedFields" not in first["metadata"]
+    assert first["metadata"]["annotations"] == {"team": "payments"}
+    first["spec"]["schedule"] = "changed by a reader"
+    assert recorder.model.scheduledjob(OWNER) == {
+        **first,
+        "spec": {"schedule": "* * * * *"},
+    }
+    recorder.model.upsert_scheduledjob(scheduledjob_object(4))  # older: ignored
+    assert recorder.model.scheduledjob_count == 1
+    assert recorder.changes == [OWNER]
+    recorder.model.delete_scheduledjob(scheduledjob_object(6))
+    assert recorder.model.scheduledjob(OWNER) is None
