@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -36,7 +37,7 @@ from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
 from devcluster import ensure_cluster
 from devcluster.cluster import kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
-from devcluster.replica import REPO, OperatorProcess
+from devcluster.replica import PRODUCTION_ELECTION, REPO, OperatorProcess
 
 CRONJOB_SLOT = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 RUN_LABEL = "bench.cronlease.io/run"
@@ -68,11 +69,15 @@ class Phase:
     rest_cpu_s_per_min: float = 0.0
     burst_cpu_s_per_min: float = 0.0
 
-    def percentile(self, q: float) -> float:
-        if not self.lags:
-            return float("nan")
-        ordered = sorted(self.lags)
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    def percentile(self, q: float) -> float | None:
+        """Over every Job due, a missing one counting as infinitely late: None when the
+        percentile falls among those. Over the arrivals alone, a controller that creates
+        half its Jobs within the window would look as good as one that creates them all."""
+        ordered = sorted(self.lags) + [math.inf] * self.missing
+        if not ordered:
+            return None
+        value = ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+        return None if math.isinf(value) else value
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -83,7 +88,7 @@ class Phase:
             "p50": self.percentile(0.50),
             "p90": self.percentile(0.90),
             "p99": self.percentile(0.99),
-            "max": max(self.lags, default=float("nan")),
+            "max": self.percentile(1.0),
             "burst_seconds": self.burst_seconds,
             "rest_rss_mb": self.rest_rss_mb,
             "peak_rss_mb": self.peak_rss_mb,
@@ -353,7 +358,8 @@ async def run_phase(
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
     print(
-        f"  {controller}: N={n} p50={phase.percentile(0.5):.3f} p99={phase.percentile(0.99):.3f} "
+        f"  {controller}: N={n} p50={_lag(phase.percentile(0.5))} "
+        f"p99={_lag(phase.percentile(0.99))} "
         f"max={max(phase.lags, default=float('nan')):.3f} missing={phase.missing} "
         f"burst={phase.burst_seconds:.2f} s",
         flush=True,
@@ -422,16 +428,18 @@ def markdown(results: dict[str, Any]) -> str:
         "the API server alone. Rest: the 8 s before the slot, once the operator has written every "
         "ScheduledJob's first status.",
         "",
+        "A percentile counts every Job due; 'missed' means it falls among the Jobs that never "
+        "came within the window (the slot plus 55 s).",
+        "",
         "| N | controller | jobs | missing | p50 s | p90 s | p99 s | max s | p99 ours/theirs |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for n, entry in results["by_n"].items():
         ours, theirs = entry["cronlease"], entry["cronjob"]
-        ratio = ours["p99"] / theirs["p99"] if theirs["p99"] else float("nan")
         for row in (ours, theirs):
             cells = [n, row["controller"], row["jobs"], row["missing"]]
-            cells += [f"{row[key]:.3f}" for key in ("p50", "p90", "p99", "max")]
-            cells.append(f"{ratio:.2f}" if row is ours else "")
+            cells += [_lag(row[key]) for key in ("p50", "p90", "p99", "max")]
+            cells.append(_ratio(ours["p99"], theirs["p99"]) if row is ours else "")
             lines.append(_row(cells))
     lines += [
         "",
@@ -475,13 +483,28 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def _lag(value: float | None) -> str:
+    return "missed" if value is None else f"{value:.3f}"
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    if theirs is None:
+        return "theirs missed" if ours is not None else "both missed"
+    return "ours missed" if ours is None else f"{ours / theirs:.2f}"
+
+
+def _no_later(ours: float | None, theirs: float | None) -> bool:
+    """A missed percentile is later than any measured one."""
+    return theirs is None or (ours is not None and ours <= theirs)
+
+
 def targets(results: dict[str, Any]) -> list[str]:
     by_n = results["by_n"]
     verdicts = []
     if "100" in by_n:
         p99 = by_n["100"]["cronlease"]["p99"]
         verdicts.append(
-            f"p99 lag <= 0.5 s at N=100: {p99:.3f} s, {'met' if p99 <= 0.5 else 'MISSED'}"
+            f"p99 lag <= 0.5 s at N=100: {_lag(p99)} s, {_verdict(_no_later(p99, 0.5))}"
         )
     if "1000" in by_n:
         entry = by_n["1000"]
@@ -494,12 +517,15 @@ def targets(results: dict[str, Any]) -> list[str]:
     for n, entry in by_n.items():
         ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
         verdicts.append(
-            f"p99 <= CronJob's at N={n}: {ours:.3f} vs {theirs:.3f} s, {_verdict(ours <= theirs)}"
+            f"p99 <= CronJob's at N={n}: {_lag(ours)} vs {_lag(theirs)} s, "
+            f"{_verdict(_no_later(ours, theirs) and ours is not None)}"
         )
     if "5000" in by_n:
-        peak = by_n["5000"]["cronlease"]["peak_rss_mb"]
+        ours = by_n["5000"]["cronlease"]
+        rest, peak = ours["rest_rss_mb"], ours["peak_rss_mb"]
         verdicts.append(
-            f"RSS <= 150 MB at N=5000: {peak:.0f} MB, {'met' if peak <= 150 else 'MISSED'}"
+            f"RSS <= 150 MB at N=5000: {rest:.0f} MB at rest, {_verdict(rest <= 150)}; "
+            f"peak {peak:.0f} MB, {_verdict(peak <= 150)}"
         )
     return verdicts
 
@@ -542,8 +568,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     api = KubeApi(CREATE_CONCURRENCY)
     await remove_leftovers(api)  # before the operator starts, or it would load them
     work = Path(tempfile.mkdtemp(prefix="cronlease-bench-"))
+    # Production lease timing: the tests' 4 s lease expired under the API server's load at
+    # N=5000, and the leader kept pausing mid-burst to take it again.
     operator = OperatorProcess(
-        service_account_kubeconfig(kubeconfig, work / "kubeconfig"), work, "bench-operator"
+        service_account_kubeconfig(kubeconfig, work / "kubeconfig"),
+        work,
+        "bench-operator",
+        PRODUCTION_ELECTION,
     )
     operator.start()
     try:

@@ -18,9 +18,15 @@ from pathlib import Path
 from devcluster import ensure_cluster
 from devcluster.cluster import kubectl
 from devcluster.install import install_chart, service_account_kubeconfig
-from devcluster.replica import LEASE, OPERATOR_NAMESPACE, REPO, OperatorProcess
+from devcluster.replica import (
+    LEASE,
+    OPERATOR_NAMESPACE,
+    PRODUCTION_ELECTION,
+    REPO,
+    OperatorProcess,
+)
 
-PRODUCTION = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}
+PRODUCTION = PRODUCTION_ELECTION
 
 
 def holder(kubeconfig: Path) -> str:

@@ -10,8 +10,9 @@ parse and a resourceVersion comparison.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+
+import orjson
 
 from cronlease import metrics
 from cronlease.kube import ApiError, KubeApi
@@ -95,12 +96,14 @@ class JobWatch:
             async for line in self.api.stream(path, query, request_timeout=SERVER_TIMEOUT + 30):
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = orjson.loads(line)
                 kind, obj = event["type"], event["object"]
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise Expired()
-                    raise ApiError(obj.get("code", 0), obj.get("reason", ""), json.dumps(obj))
+                    raise ApiError(
+                        obj.get("code", 0), obj.get("reason", ""), orjson.dumps(obj).decode()
+                    )
                 version = obj["metadata"]["resourceVersion"]
                 if kind == "DELETED":
                     self.model.delete_job(obj)

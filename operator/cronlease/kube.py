@@ -4,7 +4,8 @@ kopf's own login reads the ServiceAccount or the kubeconfig, so our requests go 
 the credentials its watches use. No client library: kubernetes_asyncio's 859 generated modules
 were 35 MB of the operator's memory (kopf imports them whenever the package is installed), and
 its model deserialisation and body sanitising were most of a Job creation's CPU. Responses are
-plain JSON; the core works on dicts anyway.
+plain JSON, parsed by orjson at a quarter of the json module's cost (a burst of 1,000 creations
+brings 1,000 responses and about 5,000 watch events); the core works on dicts anyway.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import kopf
+import orjson
 from yarl import URL
 
 from cronlease import GROUP, PLURAL, VERSION
@@ -95,10 +97,10 @@ class KubeApi:
         async with await self._send(
             method, path, query or [], headers, body, request_timeout
         ) as response:
-            text = await response.text()
+            content = await response.read()
         if not 200 <= response.status <= 299:
-            raise ApiError(response.status, response.reason or "", text)
-        result: dict[str, Any] = json.loads(text) if text else {}
+            raise ApiError(response.status, response.reason or "", content.decode(errors="replace"))
+        result: dict[str, Any] = orjson.loads(content) if content else {}
         return result
 
     async def stream(
@@ -124,7 +126,7 @@ class KubeApi:
         """A 401 means the token rotated (a projected ServiceAccount token does, hourly): log in
         again, as kopf does for its own requests, and retry once."""
         url = f"{self.server}{path}" + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else json.dumps(body)
+        data = None if body is None else orjson.dumps(body)
         timeout = aiohttp.ClientTimeout(total=request_timeout)
         response = await self._session.request(
             method, url, headers={**self._headers, **headers}, data=data, timeout=timeout

@@ -8,10 +8,11 @@ from resurrecting an object whose deletion the watch already delivered.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from cronlease.jobs import JobInfo, job_info
 from cronlease.naming import LABEL_SCHEDULEDJOB
@@ -67,14 +68,12 @@ class StoredScheduledJob:
     packed: bytes
 
     def unpack(self) -> dict[str, Any]:
-        obj: dict[str, Any] = json.loads(self.packed)
+        obj: dict[str, Any] = orjson.loads(self.packed)
         return obj
 
 
 def _pack(obj: dict[str, Any]) -> StoredScheduledJob:
-    return StoredScheduledJob(
-        version_of(obj), json.dumps(_slim(obj), separators=(",", ":")).encode()
-    )
+    return StoredScheduledJob(version_of(obj), orjson.dumps(_slim(obj)))
 
 
 @dataclass(frozen=True, slots=True)
