@@ -444,7 +444,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         "| N | raw create Jobs/s | raw time s | our burst s | burst / raw | raw suspended Jobs/s "
-        "| operator rest RSS MB | peak RSS MB | MB per ScheduledJob | CPU s/min rest "
+        "| operator rest RSS MB | peak RSS MB | rest RSS per ScheduledJob | CPU s/min rest "
         "| CPU s/min burst |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -511,3 +511,17 @@ def test_property_slots_follow_the_time_rule(
     assert all(after < slot <= until for slot in slots)
     assert schedule.count_between(after, until) == len(slots)
     assert_chain(schedule, after, until, slots)
+
+
+def test_next_after_reuses_its_last_answer_only_for_instants_it_covers() -> None:
+    """The shared Schedule answers from its last answer; each call below checks one edge."""
+    schedule = Schedule.parse("*/10 * * * *", "Europe/Berlin")
+
+    def at(minute: int, second: int = 0) -> datetime:
+        return datetime(2026, 1, 5, 9, minute, second, tzinfo=UTC)
+
+    assert schedule.next_after(at(0, 1)) == at(10)
+    assert schedule.next_after(at(9, 59)) == at(10)  # covered: [09:00:01, 09:10)
+    assert schedule.next_after(at(10)) == at(20)  # the answer itself is not covered
+    assert schedule.next_after(at(0)) == at(10)  # before the last instant asked
+    assert schedule.next_after(datetime(2026, 1, 5, 8, 59, 59, tzinfo=UTC)) == at(0)
