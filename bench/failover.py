@@ -26,8 +26,6 @@ from devcluster.replica import (
     OperatorProcess,
 )
 
-PRODUCTION = PRODUCTION_ELECTION
-
 
 def holder(kubeconfig: Path) -> str:
     return kubectl(
@@ -73,7 +71,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="cronlease-failover-"))
     operator_config = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
     replicas = [
-        OperatorProcess(operator_config, work, f"failover-{i}", PRODUCTION) for i in range(2)
+        OperatorProcess(operator_config, work, f"failover-{i}", PRODUCTION_ELECTION)
+        for i in range(2)
     ]
     for replica in replicas:
         replica.start()
@@ -94,8 +93,8 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     bounds = {
-        "SIGKILL": PRODUCTION["lease_duration"] + PRODUCTION["retry_period"],
-        "SIGTERM": PRODUCTION["retry_period"] + 1,
+        "SIGKILL": PRODUCTION_ELECTION["lease_duration"] + PRODUCTION_ELECTION["retry_period"],
+        "SIGTERM": PRODUCTION_ELECTION["retry_period"] + 1,
     }
     for name, times in results.items():
         lines.append(
@@ -106,7 +105,7 @@ def main() -> None:
     out = REPO / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "failover.json").write_text(
-        json.dumps({"settings": PRODUCTION, "seconds": results}, indent=2)
+        json.dumps({"settings": PRODUCTION_ELECTION, "seconds": results}, indent=2)
     )
     (out / "failover.md").write_text(
         "# Failover (production election settings: 15 s lease, 10 s renew deadline, 2 s retry)\n\n"

@@ -128,16 +128,15 @@ class KubeApi:
         url = f"{self.server}{path}" + (f"?{urlencode(query)}" if query else "")
         data = None if body is None else orjson.dumps(body)
         timeout = aiohttp.ClientTimeout(total=request_timeout)
-        response = await self._session.request(
-            method, url, headers={**self._headers, **headers}, data=data, timeout=timeout
-        )
-        if response.status == 401:
-            response.release()
-            self._info = login()
-            self._headers = self._info.as_http_headers()
+        for attempt in range(2):
             response = await self._session.request(
                 method, url, headers={**self._headers, **headers}, data=data, timeout=timeout
             )
+            if response.status != 401 or attempt:
+                break
+            response.release()
+            self._info = login()
+            self._headers = self._info.as_http_headers()
         return response
 
     # Jobs
