@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cronlease.cron import Schedule
 from cronlease.kube import KubeApi
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
@@ -37,7 +38,6 @@ from cronlease.naming import (
     LABEL_SCHEDULEDJOB,
     parse_time,
 )
-from cronlease.schedule import Schedule
 from devcluster.cluster import Cluster, cluster_dir, ensure_cluster, kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, REPO, OperatorProcess

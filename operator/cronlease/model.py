@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from cronlease.jobs import JobInfo, job_info
+from cronlease.jobinfo import JobInfo, job_info
 from cronlease.naming import LABEL_SCHEDULEDJOB
 
 Key = tuple[str, str]  # (namespace, name)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
-GROUP = "cronlease.io"
+from cronlease import GROUP
+
 LABEL_SCHEDULEDJOB = f"{GROUP}/scheduledjob"
 ANNOTATION_SCHEDULED_AT = f"{GROUP}/scheduled-at"
 ANNOTATION_TRIGGER = f"{GROUP}/trigger"

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease.conditions import set_condition
-from cronlease.jobs import JobInfo, JobState
+from cronlease.jobinfo import JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RUN_NOW,
     TRIGGER_MANUAL,

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from cronlease import metrics
 from cronlease.events import post_event
-from cronlease.jobs import job_info
+from cronlease.jobinfo import job_info
 from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cronlease.cron import Schedule, ScheduleError
 from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time
-from cronlease.schedule import Schedule, ScheduleError
 
 RUN_AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_LATEST = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)

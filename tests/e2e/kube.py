@@ -1,4 +1,5 @@
-"""Helpers the e2e tests share: kubectl with JSON, and waiting on a condition with a deadline."""
+"""The one support module of the e2e tests: kubectl with JSON, waiting on a condition with a
+deadline, and building and reading ScheduledJobs and their Jobs."""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from devcluster.cluster import kwok_pod_template as pod_template
 from devcluster.install import token_kubeconfig
-
-__all__ = ["Kube", "KubectlError", "condition", "pod_template", "wait_for"]
 
 T = TypeVar("T")
 
@@ -99,3 +99,62 @@ def condition(obj: Any, kind: str) -> str | None:
         if item.get("type") == kind:
             return str(item.get("status"))
     return None
+
+
+# ScheduledJobs and their Jobs, as the tests build and read them
+
+LABEL = "cronlease.io/scheduledjob"
+
+
+def scheduledjob(name: str, namespace: str, duration: str = "0s", **spec: Any) -> dict[str, Any]:
+    result = spec.pop("result", "Succeeded")
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "jobTemplate": {
+                "spec": {"backoffLimit": 0, "template": pod_template(duration, result)}
+            },
+            **spec,
+        },
+    }
+
+
+def jobs_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    return kube.items("jobs", namespace, f"{LABEL}={name}")
+
+
+def is_active(job: dict[str, Any]) -> bool:
+    finished = condition(job, "Complete") == "True" or condition(job, "Failed") == "True"
+    return not finished and not job["metadata"].get("deletionTimestamp")
+
+
+def status_of(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    obj = kube.get("scheduledjob", name, namespace) or {}
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def events_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={name},involvedObject.kind=ScheduledJob"
+    items: list[dict[str, Any]] = kube.json(
+        "get", "events", "-n", namespace, "--field-selector", selector
+    )["items"]
+    return items
+
+
+def reasons(kube: Kube, namespace: str, name: str) -> set[str]:
+    return {event["reason"] for event in events_of(kube, namespace, name)}
+
+
+def scheduled_at(job: dict[str, Any]) -> datetime:
+    text = job["metadata"]["annotations"]["cronlease.io/scheduled-at"]
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def wait_until(instant: datetime) -> None:
+    """Let wall-clock time pass up to `instant`: the scenario needs slots to go by (not a sync)."""
+    remaining = (instant - datetime.now(UTC)).total_seconds()
+    if remaining > 0:
+        time.sleep(remaining)

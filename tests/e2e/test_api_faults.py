@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from test_scheduledjob import jobs_of, scheduled_at, scheduledjob, status_of
 
 from devcluster.processes import free_port
 from devcluster.replica import REPO, OperatorProcess
-from kube import Kube, wait_for
+from kube import Kube, jobs_of, scheduled_at, scheduledjob, status_of, wait_for
 
 JOBS = r"/apis/batch/v1/namespaces/[^/]+/jobs$"
 STATUS = r"/scheduledjobs/[^/]+/status$"

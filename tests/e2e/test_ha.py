@@ -11,10 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_scheduledjob import jobs_of, scheduled_at, scheduledjob, status_of
 
 from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
-from kube import Kube, KubectlError, pod_template, wait_for
+from kube import (
+    Kube,
+    KubectlError,
+    jobs_of,
+    pod_template,
+    scheduled_at,
+    scheduledjob,
+    status_of,
+    wait_for,
+)
 
 
 def lease(kube: Kube) -> dict[str, Any]:

@@ -26,14 +26,12 @@ from typing import Any
 
 import pytest
 import yaml
-from test_scheduledjob import events_of
 
 from devcluster.replica import OperatorProcess
-from kube import Kube, condition, pod_template, wait_for
+from kube import LABEL, Kube, condition, events_of, pod_template, wait_for
 
 CORPUS = Path(__file__).with_name("invalid")
 REJECTED, INVALID_SPEC = "rejected", "invalid-spec"
-LABEL = "cronlease.io/scheduledjob"
 # How long the operator has to report an accepted object as InvalidSpec.
 REPORT_DEADLINE = 20.0
 # After the first InvalidSpec Event, how long to watch for a duplicate.

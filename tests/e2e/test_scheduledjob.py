@@ -15,64 +15,20 @@ from typing import Any
 import pytest
 
 from devcluster.replica import OperatorProcess
-from kube import Kube, condition, pod_template, wait_for
-
-LABEL = "cronlease.io/scheduledjob"
-
-
-def scheduledjob(name: str, namespace: str, duration: str = "0s", **spec: Any) -> dict[str, Any]:
-    result = spec.pop("result", "Succeeded")
-    return {
-        "apiVersion": "cronlease.io/v1alpha1",
-        "kind": "ScheduledJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "jobTemplate": {
-                "spec": {"backoffLimit": 0, "template": pod_template(duration, result)}
-            },
-            **spec,
-        },
-    }
-
-
-def jobs_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
-    return kube.items("jobs", namespace, f"{LABEL}={name}")
-
-
-def is_active(job: dict[str, Any]) -> bool:
-    finished = condition(job, "Complete") == "True" or condition(job, "Failed") == "True"
-    return not finished and not job["metadata"].get("deletionTimestamp")
-
-
-def status_of(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    obj = kube.get("scheduledjob", name, namespace) or {}
-    status: dict[str, Any] = obj.get("status") or {}
-    return status
-
-
-def events_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
-    selector = f"involvedObject.name={name},involvedObject.kind=ScheduledJob"
-    items: list[dict[str, Any]] = kube.json(
-        "get", "events", "-n", namespace, "--field-selector", selector
-    )["items"]
-    return items
-
-
-def reasons(kube: Kube, namespace: str, name: str) -> set[str]:
-    return {event["reason"] for event in events_of(kube, namespace, name)}
-
-
-def scheduled_at(job: dict[str, Any]) -> datetime:
-    text = job["metadata"]["annotations"]["cronlease.io/scheduled-at"]
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def wait_until(instant: datetime) -> None:
-    """Let wall-clock time pass up to `instant`: the scenario needs slots to go by (not a sync)."""
-    remaining = (instant - datetime.now(UTC)).total_seconds()
-    if remaining > 0:
-        time.sleep(remaining)
-
+from kube import (
+    LABEL,
+    Kube,
+    condition,
+    events_of,
+    is_active,
+    jobs_of,
+    reasons,
+    scheduled_at,
+    scheduledjob,
+    status_of,
+    wait_for,
+    wait_until,
+)
 
 # --- runs on schedule, exactly once per slot ---------------------------------------------------
 

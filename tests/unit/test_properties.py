@@ -2,7 +2,7 @@
 
 Schedules: random 5- and 6-field expressions whose fields are built from values, lists, ranges and
 steps, so the test knows which values each field names. Slots are checked against two independent
-brute-force oracles of the time rule (the module docstring of cronlease.schedule):
+brute-force oracles of the time rule (the module docstring of cronlease.cron):
 
 * from the wall-clock side: every wall time the expression names maps to exactly one instant (its
   first occurrence, or the end of the gap it falls in), and the slots are exactly those instants;
@@ -27,7 +27,8 @@ from builders import after_apply, job_template, view
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from cronlease.jobs import JobInfo, JobState
+from cronlease.cron import Schedule, ScheduleError
+from cronlease.jobinfo import JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RUN_NOW,
     TRIGGER_MANUAL,
@@ -36,7 +37,6 @@ from cronlease.naming import (
     parse_time,
 )
 from cronlease.reconcile import ON_TIME_TOLERANCE, PlannedRun, ScheduledJobView, decide
-from cronlease.schedule import Schedule, ScheduleError
 
 # DST zones first: hypothesis draws the first elements of sampled_from more often.
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]
@@ -58,7 +58,7 @@ def properties(max_examples: int) -> settings:
     )
 
 
-# --- the zones' transitions, found independently of cronlease.schedule ----------------------
+# --- the zones' transitions, found independently of cronlease.cron ----------------------
 
 
 @cache

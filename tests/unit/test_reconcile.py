@@ -38,7 +38,7 @@ from builders import (
     view,
 )
 
-from cronlease.jobs import JobInfo, JobState
+from cronlease.jobinfo import JobInfo, JobState
 from cronlease.naming import TRIGGER_MANUAL, TRIGGER_SCHEDULE, format_time, manual_job_name
 from cronlease.reconcile import (
     MAX_CATCH_UP_RUNS,

@@ -1,4 +1,4 @@
-"""Schedule arithmetic for ScheduledJob: which instants a cron expression names.
+"""Schedule arithmetic (cron expression, time zone, the DST rule): which instants a schedule names.
 
 Everything here is pure (no Kubernetes, no I/O, no clock reads) so the controller can
 replay any window deterministically, e.g. after downtime or a leader change.
