@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from cronlease.cron import Schedule
-from cronlease.kube import KubeApi
+from cronlease.kube import JOBS, LEASES, KubeApi, connect, resource_path
+from cronlease.listwatch import ListWatch
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
@@ -88,30 +88,34 @@ def _seen(job: dict[str, Any]) -> Seen | None:
     )
 
 
+class JobSightings:
+    """Every Job's first sighting, listed or watched (a list-then-watch's observer): after an
+    API server restart the listing finds what the broken watch missed."""
+
+    def __init__(self, seen: Observations) -> None:
+        self.seen = seen
+
+    def listed_item(self, obj: dict[str, Any]) -> None:
+        if obj["metadata"]["uid"] not in self.seen.jobs and (entry := _seen(obj)):
+            self.seen.jobs[obj["metadata"]["uid"]] = entry
+
+    def listed(self, version: str) -> None:
+        pass
+
+    def changed(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type == "ADDED":
+            self.listed_item(obj)
+
+    def failed(self, error: Exception) -> None:
+        pass  # the API server is being restarted: the list-then-watch tries again
+
+
 async def watch_jobs(api: KubeApi, namespace: str, seen: Observations) -> None:
-    """Every Job's first sighting; after any break (an API server restart), list, then watch."""
-    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    while True:
-        try:
-            listed = await api.request("GET", path)
-            for item in listed["items"]:
-                if item["metadata"]["uid"] not in seen.jobs and (entry := _seen(item)):
-                    seen.jobs[item["metadata"]["uid"]] = entry
-            query = [("watch", "true"), ("resourceVersion", listed["metadata"]["resourceVersion"])]
-            async for line in api.stream(path, query, request_timeout=300):
-                event = json.loads(line)
-                obj = event["object"]
-                new = event["type"] == "ADDED" and obj["metadata"]["uid"] not in seen.jobs
-                if new and (entry := _seen(obj)):
-                    seen.jobs[obj["metadata"]["uid"]] = entry
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the API server is being restarted: try again shortly
-            await asyncio.sleep(0.5)
+    await ListWatch(api, resource_path(JOBS, namespace), JobSightings(seen)).run()
 
 
 async def poll_lease(api: KubeApi, seen: Observations) -> None:
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/{LEASE}"
+    path = resource_path(LEASES, OPERATOR_NAMESPACE, LEASE)
     while True:
         try:
             spec = (await api.request("GET", path)).get("spec") or {}
@@ -285,7 +289,7 @@ async def main_async(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="cronlease-chaos-"))
     operator_config = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    api = KubeApi(32)
+    api = connect(32)
     seen = Observations()
     namespace = f"chaos-{uuid.uuid4().hex[:6]}"
     await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})

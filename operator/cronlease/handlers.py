@@ -12,11 +12,10 @@ from typing import Any, cast
 import kopf
 
 from cronlease import GROUP, PLURAL, VERSION, metrics
-from cronlease.scheduler import Scheduler
+from cronlease.model import Model
 
 
-def register(registry: kopf.OperatorRegistry, scheduler: Scheduler) -> None:
-    model = scheduler.model
+def register(registry: kopf.OperatorRegistry, model: Model) -> None:
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def scheduledjob_event(event: kopf.RawEvent, **_: Any) -> None:

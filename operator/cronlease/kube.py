@@ -1,11 +1,9 @@
-"""The few API calls the operator makes: plain aiohttp, logged in the way kopf logs in.
+"""The API calls the operator makes, over a small `Transport` seam.
 
-kopf's own login reads the ServiceAccount or the kubeconfig, so our requests go out with exactly
-the credentials its watches use. No client library: kubernetes_asyncio's 859 generated modules
-were 35 MB of the operator's memory (kopf imports them whenever the package is installed), and
-its model deserialisation and body sanitising were most of a Job creation's CPU. Responses are
-plain JSON, parsed by orjson at a quarter of the json module's cost (a burst of 1,000 creations
-brings 1,000 responses and about 5,000 watch events); the core works on dicts anyway.
+`KubeApi` knows paths, verbs and bodies; a `Transport` moves bytes. The real transport is plain
+aiohttp logged in the way kopf logs in (design decision 7); unit tests plug in a fake API server
+(tests/unit/fakeapi.py) that models resourceVersions, conflicts, watches and lost responses.
+Every URL the operator and its tools use is built by `resource_path`, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -13,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import aiohttp
@@ -27,6 +25,13 @@ from cronlease import GROUP, PLURAL, VERSION
 LIST_PAGE = 500
 # aiohttp's default line limit is 64 KiB; a watch event of a large object must fit in one line.
 READ_BUFFER = 2**21
+SCHEDULEDJOBS = (f"{GROUP}/{VERSION}", PLURAL)
+JOBS = ("batch/v1", "jobs")
+LEASES = ("coordination.k8s.io/v1", "leases")
+EVENTS = ("v1", "events")
+NAMESPACES = ("v1", "namespaces")
+
+Query = list[tuple[str, str]]
 
 
 class ApiError(Exception):
@@ -39,8 +44,48 @@ class ApiError(Exception):
         """The Status object's message, which is what a user should read."""
         try:
             return str(json.loads(self.body).get("message", self.body))
-        except ValueError:
+        except (ValueError, AttributeError):
             return self.body
+
+
+def resource_path(
+    resource: tuple[str, str], namespace: str = "", name: str = "", subresource: str = ""
+) -> str:
+    """The one URL builder: a collection (all namespaces when `namespace` is empty), an object,
+    or an object's subresource. Core resources (group "") live under /api, the rest under /apis."""
+    group_version, plural = resource
+    root = "/api" if "/" not in group_version else "/apis"
+    path = f"{root}/{group_version}"
+    if namespace:
+        path += f"/namespaces/{namespace}"
+    path += f"/{plural}"
+    if name:
+        path += f"/{name}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+class Transport(Protocol):
+    """What KubeApi needs from a connection: one request, one streamed response, and closing."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Query | None = None,
+        content_type: str = "application/json",
+        request_timeout: float = 30,
+    ) -> dict[str, Any]:
+        """The parsed JSON response; ApiError for a status outside 2xx."""
+        ...
+
+    def stream(self, path: str, query: Query, request_timeout: float) -> AsyncIterator[bytes]:
+        """The lines of a streaming GET (a watch), as they arrive."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def login() -> kopf.ConnectionInfo:
@@ -60,26 +105,31 @@ def login() -> kopf.ConnectionInfo:
 def _trusts_environment(server: str) -> bool:
     """Honour the proxy variables only where one applies to the API server: a session that
     trusts the environment reads ~/.netrc and the proxy variables again on every request, in
-    two worker-thread hops, which was a tenth of the operator's CPU at a burst of creations."""
+    two worker-thread hops (see docs/design-notes.md, item 10)."""
     host = URL(server)
     proxy = urllib.request.getproxies().get(host.scheme or "https")
     return bool(proxy) and not urllib.request.proxy_bypass(host.host or "")
 
 
-class KubeApi:
-    """One connection pool to the API server; `max_connections` sizes it for bursts, since
-    creations at a shared slot go out concurrently (design decision 2)."""
+class HttpTransport:
+    """One aiohttp connection pool to the API server, with the credentials it is given.
+    `max_connections` sizes it for bursts: creations at a shared slot go out concurrently."""
 
-    def __init__(self, max_connections: int = 64) -> None:
-        self._info = login()
-        self._headers = self._info.as_http_headers()
+    def __init__(
+        self,
+        info: kopf.ConnectionInfo,
+        relogin: Callable[[], kopf.ConnectionInfo],
+        max_connections: int = 64,
+    ) -> None:
+        self._info, self._relogin = info, relogin
+        self._headers = info.as_http_headers()
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, ssl=self._info.as_ssl_context()),
-            proxy=self._info.proxy_url,
-            trust_env=_trusts_environment(self._info.server),
+            connector=aiohttp.TCPConnector(limit=max_connections, ssl=info.as_ssl_context()),
+            proxy=info.proxy_url,
+            trust_env=_trusts_environment(info.server),
             read_bufsize=READ_BUFFER,
         )
-        self.server = self._info.server.rstrip("/")
+        self.server = info.server.rstrip("/")
 
     async def close(self) -> None:
         await self._session.close()
@@ -89,7 +139,7 @@ class KubeApi:
         method: str,
         path: str,
         body: Any = None,
-        query: list[tuple[str, str]] | None = None,
+        query: Query | None = None,
         content_type: str = "application/json",
         request_timeout: float = 30,
     ) -> dict[str, Any]:
@@ -103,10 +153,7 @@ class KubeApi:
         result: dict[str, Any] = orjson.loads(content) if content else {}
         return result
 
-    async def stream(
-        self, path: str, query: list[tuple[str, str]], request_timeout: float
-    ) -> AsyncIterator[bytes]:
-        """The lines of a streaming response (a watch), as they arrive."""
+    async def stream(self, path: str, query: Query, request_timeout: float) -> AsyncIterator[bytes]:
         headers = {"Accept": "application/json"}
         async with await self._send("GET", path, query, headers, None, request_timeout) as response:
             if response.status != 200:
@@ -118,7 +165,7 @@ class KubeApi:
         self,
         method: str,
         path: str,
-        query: list[tuple[str, str]],
+        query: Query,
         headers: dict[str, str],
         body: Any,
         request_timeout: float,
@@ -135,80 +182,129 @@ class KubeApi:
             if response.status != 401 or attempt:
                 break
             response.release()
-            self._info = login()
+            self._info = self._relogin()
             self._headers = self._info.as_http_headers()
         return response
 
-    # Jobs
 
-    async def create_job(self, job: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        namespace = job["metadata"]["namespace"]
-        # Strict: a typo in jobTemplate.spec is refused, not dropped (it would run on defaults).
-        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-        query = [("fieldValidation", "Strict"), *([("dryRun", "All")] if dry_run else [])]
-        return await self.request("POST", path, job, query=query)
+class KubeApi:
+    """The calls the operator and its tools make, on whatever transport they are given."""
 
-    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
 
-    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
-        """Delete by name only if it is still the Job we decided about (uid precondition)."""
-        options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
-        await self.request("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}", options)
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Query | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Any call by path, for the tools (bench, chaos) that need more than the operator."""
+        return await self.transport.request(method, path, body, query, content_type)
+
+    # Collections: listing in pages and watching
 
     async def list_pages(
-        self, path: str, query: list[tuple[str, str]] | None = None
+        self, path: str, query: Query | None = None
     ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
         """A LIST, LIST_PAGE items at a time, with the listing's resourceVersion: the caller
-        keeps what it needs of a page before the next one is read. Listed whole, 5,000
-        ScheduledJobs (managedFields and all) were 200 MB of parsed JSON at once, and the
-        process kept that high-water mark for ever."""
+        keeps what it needs of a page before the next one is read (docs/design-notes.md,
+        item 12: whole listings set the process's memory high-water mark)."""
         token = ""
         while True:
             page_query = [*(query or []), ("limit", str(LIST_PAGE))]
             if token:
                 page_query.append(("continue", token))
-            page = await self.request("GET", path, query=page_query)
+            page = await self.transport.request("GET", path, query=page_query)
             yield page["items"], str(page["metadata"]["resourceVersion"])
             token = page["metadata"].get("continue") or ""
             if not token:
                 return
 
-    def list_jobs(
-        self, label_selector: str, namespace: str = ""
-    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
-        """An empty namespace lists all."""
-        query = [("labelSelector", label_selector)]
-        return self.list_pages(_path("batch/v1", "jobs", namespace), query)
+    def watch(
+        self, path: str, query: Query, version: str, server_timeout: int
+    ) -> AsyncIterator[bytes]:
+        """The raw event lines of one WATCH from `version`, with bookmarks, until the server
+        ends it after `server_timeout` seconds."""
+        watch_query = [
+            *query,
+            ("watch", "true"),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(server_timeout)),
+        ]
+        return self.transport.stream(path, watch_query, request_timeout=server_timeout + 30)
+
+    # Jobs
+
+    async def create_job(self, job: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        # Strict: a typo in jobTemplate.spec is refused, not dropped (it would run on defaults).
+        query = [("fieldValidation", "Strict"), *([("dryRun", "All")] if dry_run else [])]
+        path = resource_path(JOBS, job["metadata"]["namespace"])
+        return await self.transport.request("POST", path, job, query=query)
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.transport.request("GET", resource_path(JOBS, namespace, name))
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Delete by name only if it is still the Job we decided about (uid precondition)."""
+        options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+        await self.transport.request("DELETE", resource_path(JOBS, namespace, name), options)
 
     # ScheduledJobs
 
     def list_scheduledjobs(
         self, namespace: str = ""
     ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
-        return self.list_pages(_path(f"{GROUP}/{VERSION}", PLURAL, namespace))
+        """An empty namespace lists all."""
+        return self.list_pages(resource_path(SCHEDULEDJOBS, namespace))
 
     async def get_scheduledjob(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self.request(
-            "GET", _path(f"{GROUP}/{VERSION}", PLURAL, namespace) + f"/{name}"
-        )
+        return await self.transport.request("GET", resource_path(SCHEDULEDJOBS, namespace, name))
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str
     ) -> dict[str, Any]:
         """A merge patch conditional on resource_version: a decision made on a stale copy is
         refused with 409 instead of overwriting newer status (the cursor must never go back)."""
-        path = _path(f"{GROUP}/{VERSION}", PLURAL, namespace) + f"/{name}/status"
+        path = resource_path(SCHEDULEDJOBS, namespace, name, "status")
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-        return await self.request("PATCH", path, body, content_type="application/merge-patch+json")
+        return await self.transport.request(
+            "PATCH", path, body, content_type="application/merge-patch+json"
+        )
+
+    # Leases
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.transport.request("GET", resource_path(LEASES, namespace, name))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def create_lease(self, lease: dict[str, Any]) -> None:
+        path = resource_path(LEASES, lease["metadata"]["namespace"])
+        await self.transport.request("POST", path, lease)
+
+    async def replace_lease(self, lease: dict[str, Any]) -> None:
+        """A PUT carries the resourceVersion we read, so a concurrent writer makes it fail (409)."""
+        metadata = lease["metadata"]
+        path = resource_path(LEASES, metadata["namespace"], metadata["name"])
+        await self.transport.request("PUT", path, lease)
 
     # Events
 
     async def create_event(self, event: dict[str, Any]) -> None:
-        namespace = event["metadata"]["namespace"]
-        await self.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+        path = resource_path(EVENTS, event["metadata"]["namespace"])
+        await self.transport.request("POST", path, event)
 
 
-def _path(group_version: str, plural: str, namespace: str) -> str:
-    scope = f"/namespaces/{namespace}" if namespace else ""
-    return f"/apis/{group_version}{scope}/{plural}"
+def connect(max_connections: int = 64) -> KubeApi:
+    """A KubeApi on a real connection, logged in as kopf logs in (and again after a 401)."""
+    return KubeApi(HttpTransport(login(), login, max_connections))

@@ -1,13 +1,33 @@
 """Who may act. Every write carries the holder and fencing token of the leadership it acts under.
 
-This module defines the interface the scheduler depends on; `SoleLeader` is the degenerate case
-of one replica without election, used for development and single-replica installs.
+`Leadership` is what the scheduler and the applier depend on. Two implementations:
+- `SoleLeader`: one replica without election (development, single-replica installs), token 0;
+- `LeaseElector`: our own elector on a coordination.k8s.io/v1 Lease, with leaseTransitions as the
+  fencing token (kubernetes_asyncio's LeaseLock never increments it and trusts the wall clock):
+  - acquire and renew are optimistic (resourceVersion); a 409 means someone else wrote: re-read;
+  - leaseTransitions goes up by one whenever the holder changes, and is this leader's token;
+  - expiry of somebody else's lease is judged on OUR monotonic clock, from the moment we first
+    saw its current renewTime (clocks of two machines are never compared);
+  - we stop acting once renew_deadline has passed since the start of our last successful renew,
+    which is before the lease can expire for anyone else (renew_deadline < lease_duration);
+  - release() empties holderIdentity so a standby takes over at its next retry.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cronlease import metrics
+from cronlease.kube import ApiError, KubeApi
+
+log = logging.getLogger(__name__)
 
 
 class Leadership(Protocol):
@@ -24,22 +44,240 @@ class Leadership(Protocol):
         """Re-check with the API server after a write was refused as stale."""
         ...
 
+    async def run(self) -> None:
+        """Take part in the election until released (for ever, unless cancelled)."""
+        ...
+
+    async def release(self) -> None:
+        """Stop acting, and let another replica lead at once."""
+        ...
+
 
 class SoleLeader:
     """Always the leader, with token 0: there is nobody to fence against."""
 
     def __init__(self, identity: str) -> None:
         self.identity = identity
+        self._released = asyncio.Event()
 
     @property
     def token(self) -> int:
         return 0
 
     def is_leading(self) -> bool:
-        return True
+        return not self._released.is_set()
 
     async def wait_leading(self) -> None:
         await asyncio.sleep(0)
 
     async def verify(self) -> bool:
-        return True
+        return self.is_leading()
+
+    async def run(self) -> None:
+        await self._released.wait()
+
+    async def release(self) -> None:
+        self._released.set()
+
+
+@dataclass(frozen=True)
+class ElectionConfig:
+    namespace: str
+    lease_name: str = "cronlease-leader"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("need 0 < retry period < renew deadline < lease duration")
+
+
+def _micro_time(instant: datetime) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    """Leadership on a Lease, for replicas that elect one of them."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        identity: str,
+        config: ElectionConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.identity = identity
+        self.config = config
+        self._clock = clock
+        self._token = -1
+        self._renewed_at: float | None = None  # monotonic start of our last successful write
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) of someone else
+        self._observed_at = 0.0
+        self._changed = asyncio.Event()  # leadership gained or lost
+        self._poke = asyncio.Event()  # re-read the Lease now
+        self._stopped = False
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # The Leadership interface
+
+    @property
+    def token(self) -> int:
+        return self._token
+
+    def is_leading(self) -> bool:
+        if self._renewed_at is None:
+            return False
+        return self._clock() - self._renewed_at < self.config.renew_deadline
+
+    async def wait_leading(self) -> None:
+        while not self.is_leading():
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.retry_period):
+                    await self._changed.wait()
+
+    async def verify(self) -> bool:
+        """After the API server refused a write as stale: do we really still hold the Lease?
+
+        Right after a takeover the fencing policy can still see the previous Lease for a few
+        milliseconds (it reads from the API server's cache), so a refusal alone is no proof.
+        """
+        try:
+            lease = await self._get()
+        except ApiError as error:
+            log.warning("could not re-read the Lease: %s", error)
+            return self.is_leading()
+        spec = (lease or {}).get("spec") or {}
+        holds = spec.get("holderIdentity") == self.identity
+        if holds and int(spec.get("leaseTransitions") or 0) == self._token:
+            return self.is_leading()
+        self._lose("the Lease has another holder or token")
+        return False
+
+    # The election loop
+
+    async def run(self) -> None:
+        self._loop_task = asyncio.current_task()
+        while not self._stopped:
+            try:
+                await self.tick()
+            except Exception as error:  # the elector must outlive any API trouble
+                log.warning("lease %s: %s", self.config.lease_name, error)
+            self._poke.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.retry_period):
+                    await self._poke.wait()
+
+    async def release(self) -> None:
+        """On graceful shutdown: give the Lease up so a standby need not wait for it to expire.
+
+        First no new write may start, and one in flight may finish (cancelling it could leave an
+        acquisition on the server that we never learn of); then the Lease itself, not our memory
+        of it, says whether we hold it.
+        """
+        self._stopped = True
+        self._poke.set()
+        if self._loop_task is not None and self._loop_task is not asyncio.current_task():
+            await asyncio.wait([self._loop_task], timeout=5)
+        self._lose("shutting down")
+        try:
+            lease = await self._get()
+            if lease is None or lease["spec"].get("holderIdentity") != self.identity:
+                return
+            lease["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+            await self._put(lease)
+            log.info("released lease %s", self.config.lease_name)
+        except (ApiError, OSError) as error:
+            log.warning("could not release the Lease (a standby takes over at expiry): %s", error)
+
+    async def tick(self) -> None:
+        """One round of the election: acquire, renew or observe. run() calls it every retry
+        period (and at once after a conflict); tests call it directly, with their own clock."""
+        started = self._clock()
+        lease = await self._get()
+        if lease is None:
+            await self._create(started)
+            return
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        renew_time = spec.get("renewTime") or ""
+        if holder and holder != self.identity:
+            if self._observed != (holder, renew_time):
+                self._observed, self._observed_at = (holder, renew_time), started
+            self._lose(f"{holder} holds the Lease")
+            duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
+            if started - self._observed_at < duration:
+                return  # still valid as far as our own clock can tell
+        transitions = int(spec.get("leaseTransitions") or 0)
+        now = _micro_time(datetime.now(UTC))
+        if holder != self.identity:
+            transitions += 1
+            spec.update(acquireTime=now, leaseTransitions=transitions)
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=round(self.config.lease_duration),
+            renewTime=now,
+        )
+        lease["spec"] = spec
+        if self._stopped:
+            return  # shutting down: never take or renew the Lease now
+        try:
+            await self._put(lease)
+        except ApiError as error:
+            if error.status == 409:
+                self._poke.set()  # somebody else wrote: look again at once
+                return
+            raise
+        self._won(transitions, started)
+
+    async def _create(self, started: float) -> None:
+        if self._stopped:
+            return
+        now = _micro_time(datetime.now(UTC))
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.config.lease_name, "namespace": self.config.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": round(self.config.lease_duration),
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            await self.api.create_lease(lease)
+        except ApiError as error:
+            if error.status == 409:
+                self._poke.set()
+                return
+            raise
+        self._won(0, started)
+
+    def _won(self, token: int, started: float) -> None:
+        newly = not self.is_leading() or token != self._token
+        self._token, self._renewed_at = token, started
+        if newly:
+            log.info("became leader of %s with fencing token %d", self.config.lease_name, token)
+            metrics.leader.set(1)
+            metrics.fencing_token.set(token)
+            metrics.leader_transitions.inc()
+            self._changed.set()
+
+    def _lose(self, why: str) -> None:
+        if self._renewed_at is None:
+            return
+        self._renewed_at = None
+        log.info("stopped leading %s (token %d): %s", self.config.lease_name, self._token, why)
+        metrics.leader.set(0)
+        metrics.leader_transitions.inc()
+        self._changed.set()
+
+    async def _get(self) -> dict[str, Any] | None:
+        return await self.api.get_lease(self.config.namespace, self.config.lease_name)
+
+    async def _put(self, lease: dict[str, Any]) -> None:
+        await self.api.replace_lease(lease)

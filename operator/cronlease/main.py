@@ -19,12 +19,14 @@ from typing import Any, cast
 import kopf
 import prometheus_client
 
-from cronlease import handlers
-from cronlease.election import ElectionConfig, LeaseElector
+from cronlease import backoff, handlers, metrics
+from cronlease.jobinfo import job_info
 from cronlease.jobwatch import JobWatch
-from cronlease.kube import LIST_PAGE, KubeApi, login
-from cronlease.leadership import Leadership, SoleLeader
+from cronlease.kube import LIST_PAGE, KubeApi, connect, login
+from cronlease.leadership import ElectionConfig, Leadership, LeaseElector, SoleLeader
+from cronlease.model import Key, Model
 from cronlease.scheduler import Scheduler
+from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger("cronlease")
 
@@ -63,11 +65,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("POD_NAMESPACE", "default"),
         help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
     )
-    election.add_argument("--lease-duration", type=float, default=15.0, help="seconds")
-    election.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
-    election.add_argument("--retry-period", type=float, default=2.0, help="seconds")
-    parser.add_argument(
-        "--test-hold-before-create", type=float, default=0.0, help=argparse.SUPPRESS
+    timings = ElectionConfig(namespace="")  # the defaults, defined once
+    election.add_argument(
+        "--lease-duration", type=float, default=timings.lease_duration, help="seconds"
+    )
+    election.add_argument(
+        "--renew-deadline", type=float, default=timings.renew_deadline, help="seconds"
+    )
+    election.add_argument(
+        "--retry-period", type=float, default=timings.retry_period, help="seconds"
     )
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser.parse_args(argv)
@@ -113,32 +119,28 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
 
 async def run(args: argparse.Namespace) -> None:
     identity = f"{args.identity}-{uuid.uuid4().hex[:6]}"
-    api = KubeApi(args.max_concurrency)
+    api = connect(args.max_concurrency)
     namespaces = tuple(args.namespace)
     # The Lease gets its own connections: a renewal must never queue behind a burst of our own
-    # Job creations and status writes for a free one (at 5,000 due at once it missed its deadline).
-    lease_api = KubeApi(4)
+    # Job creations and status writes for a free one (docs/design-notes.md, item 11).
+    lease_api = connect(4)
     leadership = leadership_from(args, lease_api, identity)
+    wakeups: WakeupQueue[Key] = WakeupQueue()
+    model = Model(wakeups.notify, on_job_finished=_count_result)
     jobs_listed = asyncio.Event()
     scheduler = Scheduler(
-        api,
-        leadership,
-        jobs_listed,
-        namespaces,
-        args.max_concurrency,
-        args.test_hold_before_create,
+        api, leadership, model, wakeups, jobs_listed, namespaces, args.max_concurrency
     )
-    job_watch = JobWatch(api, scheduler.model, namespaces, jobs_listed)
+    job_watch = JobWatch(api, model, namespaces, jobs_listed)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, scheduler)
+    handlers.register(registry, model)
     tasks: list[asyncio.Task[None]] = []
 
     async def hand_over() -> None:
         """Stop acting first, then give the Lease up so a standby takes over at once (the
         elector stops itself inside release(), after any Lease write in flight)."""
         tasks[0].cancel()  # the scheduler
-        if isinstance(leadership, LeaseElector):
-            await leadership.release()
+        await leadership.release()
         for task in tasks:
             task.cancel()
 
@@ -157,7 +159,7 @@ async def run(args: argparse.Namespace) -> None:
         # A per-object worker holds its last event until it exits; the default 5 s, at a listing
         # of 5,000, kept them all alive at once (events for one ScheduledJob are rare).
         settings.queueing.idle_timeout = 0.5
-        settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]
+        settings.networking.error_backoffs = [backoff.WATCH.delay(n) for n in range(1, 6)]
         settings.persistence.diffbase_storage = NoDiffBase()
 
     @kopf.on.cleanup(registry=registry)
@@ -170,8 +172,7 @@ async def run(args: argparse.Namespace) -> None:
     log.info("cronlease %s starting; namespaces: %s", identity, ", ".join(namespaces) or "all")
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
     tasks.append(asyncio.create_task(job_watch.run(), name="jobs"))
-    if isinstance(leadership, LeaseElector):
-        tasks.append(asyncio.create_task(leadership.run(), name="election"))
+    tasks.append(asyncio.create_task(leadership.run(), name="election"))
     for task in tasks:
         task.add_done_callback(_exit_if_failed)
     try:
@@ -186,6 +187,10 @@ async def run(args: argparse.Namespace) -> None:
         await hand_over()  # a no-op if the cleanup handler did it
         await api.close()
         await lease_api.close()
+
+
+def _count_result(job: dict[str, Any]) -> None:
+    metrics.job_results.labels(job_info(job).state.value).inc()
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:

@@ -1,0 +1,346 @@
+"""Applies one decision to the API server: deletions, creations, status, Events, all fenced.
+
+`Applier.apply` is the one entry point. It returns an `Applied`: done (and when to wake next),
+stale (decide again at once), not leading, or retry later. Everything a write can meet is handled
+here: the fencing policy's refusals (retried while the Lease is still ours, else step down), a
+409 on create (an earlier attempt's Job: adopted if ours), a 409 on status (decided on a stale
+copy), a template the API server refuses (recorded once per generation, reported as InvalidSpec).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from cronlease import backoff, metrics
+from cronlease.events import post_event
+from cronlease.jobinfo import job_info
+from cronlease.jobtemplate import build_job
+from cronlease.kube import ApiError, KubeApi
+from cronlease.leadership import Leadership
+from cronlease.model import Model
+from cronlease.naming import TRIGGER_SCHEDULE
+from cronlease.reconcile import Decision, ObjectRef, PlannedDeletion, PlannedRun, ScheduledJobView
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# The fencing policy's refusals start with this (templates/fencing.yaml, messageExpression).
+FENCING_MESSAGE = "cronlease fencing:"
+# Retries of a write refused as stale while we still hold the Lease (the policy's cache lags).
+FENCING_RETRIES = 6
+# How long status writes and Events wait for a burst of creations to drain before going anyway.
+CREATIONS_FIRST_PATIENCE = 30.0
+
+
+class Outcome(enum.Enum):
+    DONE = "Done"  # applied in full
+    STALE = "Stale"  # decided on an outdated copy; the model now has a fresh one: decide again
+    NOT_LEADING = "NotLeading"  # this replica lost the Lease; the new leader takes over
+    RETRY = "Retry"  # a write failed; try again after a backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    outcome: Outcome
+    wake_at: float | None = None  # DONE: epoch seconds of the next decision, if any
+    error: str = ""  # RETRY: why
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    """A status merge patch, conditional on the version it was decided on: all a reconcile keeps
+    while it waits for creations to drain (docs/design-notes.md, item 12)."""
+
+    ref: ObjectRef
+    version: str
+    patch: dict[str, Any]
+
+
+class NotLeading(Exception):
+    """Raised before a write when this replica no longer holds the Lease (client-side fence)."""
+
+
+class RetryLater(Exception):
+    """A write failed; the object is retried with backoff."""
+
+
+class TemplateRefused(Exception):
+    """The API server refused a Job made from the template: retrying cannot help."""
+
+
+class Stale(Exception):
+    """The decision was made on an outdated copy of the object."""
+
+
+def is_fencing_refusal(error: ApiError) -> bool:
+    return error.status in (400, 403, 422) and FENCING_MESSAGE in error.body
+
+
+class CreationsFirst:
+    """Holds status writes and Events back while Job creations are under way.
+
+    At a shared slot every status write competes with the creations for the API server and for
+    this process, and each one echoes back as a watch event; creations alone set the lag. A
+    write waits until no ScheduledJob is deciding or creating, or `patience` seconds at most, so
+    a steady stream of creations can delay status but never starve it. Losing a held write is
+    harmless: a due slot whose Job exists is recorded as a run by the next decision.
+    """
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def creating(self) -> Iterator[None]:
+        self._pending += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._pending -= 1
+            if not self._pending:
+                self._idle.set()
+
+    async def wait_turn(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.patience):
+                await self._idle.wait()
+
+
+class Applier:
+    def __init__(
+        self,
+        api: KubeApi,
+        leadership: Leadership,
+        model: Model,
+        max_concurrency: int = 64,
+        patience: float = CREATIONS_FIRST_PATIENCE,
+    ) -> None:
+        self.api, self.leadership, self.model = api, leadership, model
+        # Creations set the lag, so at a burst they go first: status writes and Events wait for
+        # them to drain, then get fewer connections (Events fewest: they are informational).
+        self._creations = CreationsFirst(patience)
+        # At most this many ScheduledJobs decide and create at once. The rest of a burst waits
+        # before deciding, so decisions interleave with the responses instead of all running
+        # before the first response is read.
+        self._act_pool = asyncio.Semaphore(max_concurrency)
+        self._status_pool = asyncio.Semaphore(max(1, max_concurrency // 4))
+        self._event_pool = asyncio.Semaphore(4)
+        self._background: set[asyncio.Task[None]] = set()
+        self._checked_generation: dict[str, int] = {}  # ScheduledJob uid -> template dry-run
+
+    async def apply(
+        self, obj: dict[str, Any], decide: Callable[[ScheduledJobView], Awaitable[Decision]]
+    ) -> Applied:
+        """Decide on `obj` and apply the decision. The decision is made here, inside one of the
+        bounded acting slots, so that at a burst decisions interleave with create responses."""
+        sj = ScheduledJobView.from_object(obj)
+        try:
+            with self._creations.creating():
+                async with self._act_pool:
+                    if not await self._template_accepted(sj, obj):
+                        return Applied(Outcome.DONE)  # the status write decides again
+                    decision = await decide(sj)
+                    for deletion in decision.deletions:
+                        await self._delete(sj, deletion)
+                    for run in decision.runs:
+                        await self._create(sj, run)
+            write = self._record(sj, obj, decision)
+            if write is not None:
+                await self._write_status(write)
+        except TemplateRefused as refused:
+            return await self._refused_template(sj, obj, str(refused))
+        except NotLeading:
+            return Applied(Outcome.NOT_LEADING)
+        except Stale:
+            return Applied(Outcome.STALE)
+        except RetryLater as error:
+            return Applied(Outcome.RETRY, error=str(error))
+        wake_at = decision.wake_at.timestamp() if decision.wake_at else None
+        return Applied(Outcome.DONE, wake_at)
+
+    # The template
+
+    async def _template_accepted(self, sj: ScheduledJobView, obj: dict[str, Any]) -> bool:
+        """Once per generation (and replica), a dry-run create of the template: a typo is then
+        reported at once as InvalidSpec, not at the first slot, which may be hours away."""
+        refused = sj.status.get("templateError") or {}
+        if self._checked_generation.get(sj.uid) == sj.generation or (
+            refused.get("generation") == sj.generation
+        ):
+            return True
+        run = PlannedRun(f"{sj.name}-check", datetime.now(UTC), TRIGGER_SCHEDULE)
+        self._check_leading()
+        try:
+            await self.api.create_job(
+                build_job(sj, run, self.leadership.identity, self.leadership.token), dry_run=True
+            )
+        except ApiError as error:
+            if error.status in (400, 422):
+                raise TemplateRefused(error.message) from error
+        self._checked_generation[sj.uid] = sj.generation
+        return True
+
+    async def _refused_template(
+        self, sj: ScheduledJobView, obj: dict[str, Any], message: str
+    ) -> Applied:
+        """Recorded for this generation; the next decision reports InvalidSpec and stops. Not
+        held back for creations: this one is among them, and a refusal is one write."""
+        refused = {"generation": sj.generation, "message": message}
+        write = self._status_write(obj, {**obj.get("status", {}), "templateError": refused})
+        try:
+            if write is not None:
+                await self._write_status(write, creations_first=False)
+        except NotLeading:
+            return Applied(Outcome.NOT_LEADING)
+        except Stale:
+            return Applied(Outcome.STALE)
+        except RetryLater as error:
+            return Applied(Outcome.RETRY, error=str(error))
+        return Applied(Outcome.DONE)
+
+    # Writes
+
+    def _check_leading(self) -> None:
+        if not self.leadership.is_leading():
+            metrics.rejected_writes.inc()
+            raise NotLeading()
+
+    async def _fenced(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run one write; if the API server refuses it as stale, ask the Lease who leads: step
+        down if it is somebody else, else retry (right after a takeover the policy lags)."""
+        for attempt in range(1, FENCING_RETRIES + 1):
+            try:
+                return await write()
+            except ApiError as error:
+                if not is_fencing_refusal(error):
+                    raise
+                metrics.rejected_writes.inc()
+                log.warning("write refused by the fencing policy: %s", error.message)
+                if not await self.leadership.verify():
+                    raise NotLeading() from error
+                await asyncio.sleep(backoff.FENCING.delay(attempt))
+                self._check_leading()
+        raise RetryLater("writes still refused as stale although we hold the Lease")
+
+    async def _delete(self, sj: ScheduledJobView, deletion: PlannedDeletion) -> None:
+        self._check_leading()
+        try:
+            await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid)
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone already, or a different Job now
+                metrics.reconcile_errors.labels("delete").inc()
+                raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
+        self._event(
+            sj.ref,
+            "Normal",
+            "SuccessfulDelete",
+            f"deleted Job {deletion.job_name} ({deletion.reason})",
+        )
+
+    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
+        self._check_leading()
+        job = build_job(sj, run, self.leadership.identity, self.leadership.token)
+        try:
+            created = await self._fenced(lambda: self.api.create_job(job))
+        except ApiError as error:
+            if error.status == 409 and await self._adopt_existing(sj, run):
+                return
+            if error.status in (400, 422):
+                raise TemplateRefused(error.message) from error
+            metrics.reconcile_errors.labels("create").inc()
+            self._event(sj.ref, "Warning", "FailedCreate", f"Job {run.job_name}: {error.message}")
+            raise RetryLater(f"creating Job {run.job_name}: {error}") from error
+        lag = time.time() - run.slot.timestamp()
+        self.model.upsert_job(created)  # Forbid must see it before its watch event arrives
+        metrics.jobs_created.labels(run.trigger).inc()
+        if run.trigger == TRIGGER_SCHEDULE:
+            metrics.schedule_lag.observe(max(lag, 0.0))
+        self._event(sj.ref, "Normal", "SuccessfulCreate", f"created Job {run.job_name}")
+
+    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun) -> bool:
+        """AlreadyExists: ours (same owner uid) means an earlier attempt succeeded: done."""
+        existing = await self.api.get_job(sj.namespace, run.job_name)
+        if job_info(existing).owner_uid == sj.uid:
+            self.model.upsert_job(existing)
+            return True
+        return False
+
+    def _record(
+        self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision
+    ) -> StatusWrite | None:
+        """What the decision did and skipped: metrics and Events now, status after creations."""
+        for skip in decision.skips:
+            metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
+        for event in decision.events:
+            self._event(sj.ref, event.type, event.reason, event.message)
+        return self._status_write(obj, decision.status)
+
+    def _status_write(self, obj: dict[str, Any], status: dict[str, Any]) -> StatusWrite | None:
+        """The patch from the object's status to `status`, stamped; None if they are equal."""
+        status = {
+            **status,
+            "leader": self.leadership.identity,
+            "fencingToken": self.leadership.token,
+        }
+        current = obj.get("status") or {}
+        if status == current:
+            return None
+        # A merge patch deletes a key only when told to with null.
+        patch = {**{field: None for field in current if field not in status}, **status}
+        ref = ScheduledJobView.from_object(obj).ref
+        return StatusWrite(ref, obj["metadata"]["resourceVersion"], patch)
+
+    async def _write_status(self, write: StatusWrite, creations_first: bool = True) -> None:
+        if creations_first:
+            await self._creations.wait_turn()
+        self._check_leading()
+        ref = write.ref
+        try:
+            async with self._status_pool:
+                updated = await self._fenced(
+                    lambda: self.api.patch_status(
+                        ref.namespace, ref.name, write.patch, write.version
+                    )
+                )
+        except ApiError as error:
+            if error.status == 404:
+                return
+            if error.status == 409:
+                fresh = await self.api.get_scheduledjob(ref.namespace, ref.name)
+                self.model.upsert_scheduledjob(fresh)
+                raise Stale() from error
+            metrics.reconcile_errors.labels("status").inc()
+            raise RetryLater(f"writing status: {error}") from error
+        self.model.upsert_scheduledjob(updated)
+
+    # Events
+
+    def _event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+        """Events go out in the background: the hot path never waits for them."""
+        self._spawn(self._post_event(ref, event_type, reason, message))
+
+    async def _post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+        await self._creations.wait_turn()
+        async with self._event_pool:
+            await post_event(self.api, ref, event_type, reason, message, self.leadership.identity)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for the Events still being posted (tests, and a graceful stop)."""
+        while self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

@@ -1,0 +1,64 @@
+"""When each ScheduledJob is next due: a heap of (instant, key), with capped sleeps.
+
+A leaf module. The scheduler plans a wake-up per ScheduledJob (its next slot, a retry, or now
+when the model changes); an earlier plan replaces a later one. Sleeps are capped so that a jump
+of the host clock is noticed within `cap` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class WakeupQueue(Generic[K]):
+    def __init__(self, cap: float = 5.0, clock: Callable[[], float] = time.time) -> None:
+        self.cap = cap
+        self._clock = clock
+        self._heap: list[tuple[float, int, K]] = []
+        self._planned: dict[K, float] = {}
+        self._sequence = itertools.count()  # ties never compare keys
+        self._changed = asyncio.Event()
+
+    def notify(self, key: K, at: float | None = None) -> None:
+        """Wake `key` at `at` (epoch seconds), or now; an earlier plan wins."""
+        when = self._clock() if at is None else at
+        planned = self._planned.get(key)
+        if planned is not None and planned <= when:
+            return
+        self.plan(key, when)
+
+    def plan(self, key: K, when: float) -> None:
+        """Wake `key` at `when` and not before, whatever was planned (a backoff)."""
+        self._planned[key] = when
+        heapq.heappush(self._heap, (when, next(self._sequence), key))
+        self._changed.set()
+
+    def pop_due(self) -> list[K]:
+        """The keys due by now, each once, in the order they fell due."""
+        now, due = self._clock(), []
+        while self._heap and self._heap[0][0] <= now:
+            when, _, key = heapq.heappop(self._heap)
+            if self._planned.get(key) == when:  # else superseded by an earlier plan
+                del self._planned[key]
+                due.append(key)
+        return due
+
+    def planned(self, key: K) -> float | None:
+        return self._planned.get(key)
+
+    async def wait(self) -> None:
+        """Until the head is due, a new plan arrives, or `cap` seconds pass."""
+        delay = min(self._heap[0][0] - self._clock(), self.cap) if self._heap else self.cap
+        self._changed.clear()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._changed.wait()

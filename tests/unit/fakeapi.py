@@ -1,0 +1,412 @@
+"""A fake API server for unit tests of the shell: a `cronlease.kube.Transport` in memory.
+
+It models what the shell relies on, and nothing else:
+- objects with uids, resourceVersions (one counter, like etcd's), generations, creation times;
+- 409 AlreadyExists on create, 409 Conflict on a stale resourceVersion precondition (PUT, and the
+  merge patch's metadata.resourceVersion), 409 on a failed uid precondition of a DELETE, 404;
+- LIST in pages (limit/continue) with label selectors, and WATCH from a resourceVersion with
+  bookmarks, a 410 ERROR event for a version compacted away, and streams the test can end;
+- faults by rule: an error status, a lost response (the server acted, the client sees an
+  error), latency; and a 401 for a rotated token when served over HTTP (`app`);
+- the fencing policy: a labelled Job create or a ScheduledJob status write whose leader and
+  token differ from the Lease's holder and leaseTransitions is refused as the real policy does.
+Every call is logged in `calls` as (method, path), for tests that want the exact conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from cronlease.applier import FENCING_MESSAGE
+from cronlease.kube import ApiError, Query
+from cronlease.naming import ANNOTATION_FENCING_TOKEN, ANNOTATION_LEADER, LABEL_SCHEDULEDJOB
+
+PATH = re.compile(
+    r"^/(?:api|apis)/(?P<gv>v1|[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
+)
+FENCED = {("batch/v1", "jobs"), ("cronlease.io/v1alpha1", "scheduledjobs")}
+
+
+class ResponseLost(TimeoutError):
+    """The server acted, but the response never reached the client."""
+
+
+@dataclass
+class Fault:
+    method: str
+    path: str  # a regular expression, searched in the request path
+    status: int = 0  # answer with this error instead of acting
+    lose: bool = False  # act, then lose the response
+    delay: float = 0.0  # wait this long before acting
+    gate: asyncio.Event | None = None  # wait until this is set before acting
+    times: int = 1  # how many matching requests it affects
+    skip: int = 0  # how many matching requests pass untouched first
+    body: str = ""  # a regular expression the request's JSON body must contain
+    message: str = "injected fault"
+
+    def matches(self, method: str, path: str, body: Any) -> bool:
+        if self.times <= 0 or self.method != method or not re.search(self.path, path):
+            return False
+        return not self.body or re.search(self.body, orjson.dumps(body).decode()) is not None
+
+
+@dataclass
+class _Watch:
+    key: tuple[str, str]  # (group/version, plural)
+    namespace: str
+    selector: str
+    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+
+
+def _status(code: int, reason: str, message: str) -> ApiError:
+    body = {"kind": "Status", "status": "Failure", "code": code, "reason": reason}
+    return ApiError(code, reason, orjson.dumps({**body, "message": message}).decode())
+
+
+def _selects(selector: str, obj: dict[str, Any]) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        name, _, value = term.partition("=")
+        if name not in labels or (value and labels[name] != value):
+            return False
+    return True
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class FakeApiServer:
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.clock = clock
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.version = 100
+        self.history: list[tuple[int, tuple[str, str], str, bytes]] = []
+        self.compacted = 0  # watches from a version below this get 410
+        self.faults: list[Fault] = []
+        self.calls: list[tuple[str, str]] = []
+        self.call_times: list[float] = []  # monotonic, one per entry of `calls` but watches
+        self.watched_from: list[str] = []
+        self.held = (
+            0  # requests waiting at a `hold` gate  # the resourceVersion of each WATCH request
+        )
+        self.fence: tuple[str, str] | None = None  # (namespace, name) of the fencing Lease
+        self.tokens: set[str] | None = None  # bearer tokens `app` accepts (None: any)
+        self._watches: list[_Watch] = []
+
+    # Test controls
+
+    def fail(
+        self, method: str, path: str, status: int, message: str = "", skip: int = 0, times: int = 1
+    ) -> None:
+        self.faults.append(Fault(method, path, status, message=message, skip=skip, times=times))
+
+    def lose(self, method: str, path: str, skip: int = 0, times: int = 1) -> None:
+        self.faults.append(Fault(method, path, lose=True, skip=skip, times=times))
+
+    def delay(self, method: str, path: str, seconds: float, body: str = "") -> None:
+        self.faults.append(Fault(method, path, delay=seconds, body=body))
+
+    def hold(self, method: str, path: str, gate: asyncio.Event, body: str = "") -> None:
+        """Hold a matching request until `gate` is set: a slow request, under the test's control."""
+        self.faults.append(Fault(method, path, gate=gate, body=body))
+
+    def compact(self) -> None:
+        """Forget the history so far: a watch from an older version gets 410 Gone."""
+        self.compacted = self.version
+        self.history.clear()
+
+    def end_watches(self) -> None:
+        """The server ends every open watch (its timeout, or a restart)."""
+        for watch in self._watches:
+            watch.queue.put_nowait(None)
+        self._watches.clear()
+
+    def bookmark(self) -> None:
+        for watch in self._watches:
+            event = {
+                "type": "BOOKMARK",
+                "object": {"metadata": {"resourceVersion": str(self.version)}},
+            }
+            watch.queue.put_nowait(orjson.dumps(event) + b"\n")
+
+    @property
+    def open_watches(self) -> int:
+        return len(self._watches)
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store an object as a user or another controller would, with no fence or faults."""
+        gv, plural = _resource_of(obj)
+        metadata = obj["metadata"]
+        return self._create((gv, plural), metadata.get("namespace", ""), copy.deepcopy(obj))
+
+    def get(self, gv: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self.objects.get((gv, plural, namespace, name))
+        return copy.deepcopy(obj) if obj else None
+
+    def items(self, gv: str, plural: str, namespace: str = "") -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(obj)
+            for (g, p, ns, _), obj in sorted(self.objects.items())
+            if (g, p) == (gv, plural) and (not namespace or ns == namespace)
+        ]
+
+    def edit(self, gv: str, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch by someone else (a user, another controller): no precondition."""
+        key = (gv, plural, namespace, name)
+        self._store(key, merge_patch(self.objects[key], patch), "MODIFIED")
+
+    def remove(self, gv: str, plural: str, namespace: str, name: str) -> None:
+        """A deletion by someone else (a user, TTL, the garbage collector)."""
+        key = (gv, plural, namespace, name)
+        self._delete(key)
+
+    # The Transport protocol
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Query | None = None,
+        content_type: str = "application/json",
+        request_timeout: float = 30,
+    ) -> dict[str, Any]:
+        self.calls.append((method, path))
+        self.call_times.append(time.monotonic())
+        fault = next((f for f in self.faults if f.matches(method, path, body)), None)
+        if fault is not None and fault.skip:
+            fault.skip -= 1
+            fault = None
+        if fault is not None:
+            fault.times -= 1
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            if fault.gate is not None:
+                self.held += 1
+                await fault.gate.wait()
+                self.held -= 1
+            if fault.status:
+                raise _status(fault.status, "Injected", fault.message or "injected fault")
+        result = self._handle(method, path, copy.deepcopy(body), dict(query or []))
+        if fault is not None and fault.lose:
+            raise ResponseLost(f"{method} {path}: response lost")
+        await asyncio.sleep(0)  # a real response always yields to the loop
+        return result
+
+    async def stream(self, path: str, query: Query, request_timeout: float) -> AsyncIterator[bytes]:
+        self.calls.append(("WATCH", path))
+        params = dict(query)
+        self.watched_from.append(params.get("resourceVersion", ""))
+        match = PATH.match(path)
+        if match is None or params.get("watch") != "true":
+            raise _status(400, "BadRequest", f"not a watch: {path}")
+        since = int(params.get("resourceVersion") or 0)
+        key = (match["gv"], match["plural"])
+        if since < self.compacted:
+            gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+            yield orjson.dumps(gone) + b"\n"
+            return
+        watch = _Watch(key, match["ns"] or "", params.get("labelSelector", ""))
+        for version, event_key, namespace, line in self.history:
+            if version > since and self._wanted(watch, event_key, namespace, line):
+                yield line
+        self._watches.append(watch)
+        try:
+            while (line := await watch.queue.get()) is not None:
+                yield line
+        finally:
+            if watch in self._watches:
+                self._watches.remove(watch)
+
+    async def close(self) -> None:
+        self.end_watches()
+
+    # Serving over HTTP, for the real HttpTransport (login, 401)
+
+    def app(self) -> web.Application:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            if self.tokens is not None and token not in self.tokens:
+                return web.json_response({"kind": "Status", "code": 401}, status=401)
+            body = orjson.loads(await request.read()) if request.can_read_body else None
+            try:
+                result = await self.request(
+                    request.method, request.path, body, list(request.query.items())
+                )
+            except ApiError as error:
+                return web.Response(status=error.status, text=error.body)
+            return web.json_response(result)
+
+        application = web.Application()
+        application.router.add_route("*", "/{tail:.*}", handle)
+        return application
+
+    # The server
+
+    def _handle(self, method: str, path: str, body: Any, params: dict[str, str]) -> dict[str, Any]:
+        match = PATH.match(path)
+        if match is None:
+            raise _status(404, "NotFound", f"no route {path}")
+        resource = (match["gv"], match["plural"])
+        namespace, name, sub = match["ns"] or "", match["name"], match["sub"]
+        key = (*resource, namespace, name or "")
+        dry_run = params.get("dryRun") == "All"
+        if method == "GET" and name:
+            if key not in self.objects:
+                raise _status(404, "NotFound", f'{match["plural"]} "{name}" not found')
+            return copy.deepcopy(self.objects[key])
+        if method == "GET":
+            return self._list(resource, namespace, params)
+        if method == "POST":
+            self._check_fence(resource, body)
+            if dry_run:
+                return body  # type: ignore[no-any-return]
+            return self._create(resource, namespace, body)
+        if key not in self.objects:
+            raise _status(404, "NotFound", f'{match["plural"]} "{name}" not found')
+        current = self.objects[key]
+        if method == "DELETE":
+            wanted = ((body or {}).get("preconditions") or {}).get("uid")
+            if wanted and wanted != current["metadata"]["uid"]:
+                raise _status(409, "Conflict", "Precondition failed: UID in precondition")
+            self._delete(key)
+            return {"kind": "Status", "status": "Success"}
+        expected = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        if expected and expected != current["metadata"]["resourceVersion"]:
+            raise _status(409, "Conflict", "the object has been modified; please apply again")
+        if method == "PUT":
+            updated = {**body, "metadata": {**body["metadata"], **_server_fields(current)}}
+        elif method == "PATCH" and sub == "status":
+            self._check_fence(resource, {**current, "status": body.get("status") or {}})
+            updated = {
+                **current,
+                "status": merge_patch(current.get("status") or {}, body["status"]),
+            }
+        elif method == "PATCH":
+            updated = merge_patch(current, body)
+            if updated.get("spec") != current.get("spec"):
+                updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        else:
+            raise _status(405, "MethodNotAllowed", method)
+        return self._store(key, updated, "MODIFIED")
+
+    def _list(
+        self, resource: tuple[str, str], namespace: str, params: dict[str, str]
+    ) -> dict[str, Any]:
+        selected = [
+            obj
+            for obj in self.items(*resource, namespace)
+            if _selects(params.get("labelSelector", ""), obj)
+        ]
+        start = int(params.get("continue") or 0)
+        limit = int(params.get("limit") or 0) or len(selected) or 1
+        page = selected[start : start + limit]
+        more = start + limit < len(selected)
+        metadata = {
+            "resourceVersion": str(self.version),
+            "continue": str(start + limit) if more else "",
+        }
+        return {"metadata": metadata, "items": page}
+
+    def _create(
+        self, resource: tuple[str, str], namespace: str, obj: dict[str, Any]
+    ) -> dict[str, Any]:
+        metadata = obj["metadata"]
+        key = (*resource, namespace, metadata["name"])
+        if key in self.objects:
+            raise _status(
+                409, "AlreadyExists", f'{resource[1]} "{metadata["name"]}" already exists'
+            )
+        metadata.update(
+            namespace=namespace,
+            uid=str(uuid.uuid4()),
+            creationTimestamp=self.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            generation=1,
+        )
+        return self._store(key, obj, "ADDED")
+
+    def _store(
+        self, key: tuple[str, str, str, str], obj: dict[str, Any], event: str
+    ) -> dict[str, Any]:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[key] = obj
+        self._emit(key, event, obj)
+        return copy.deepcopy(obj)
+
+    def _delete(self, key: tuple[str, str, str, str]) -> None:
+        obj = self.objects.pop(key)
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self._emit(key, "DELETED", obj)
+
+    def _emit(self, key: tuple[str, str, str, str], event_type: str, obj: dict[str, Any]) -> None:
+        line = orjson.dumps({"type": event_type, "object": obj}) + b"\n"
+        resource, namespace = (key[0], key[1]), key[2]
+        self.history.append((self.version, resource, namespace, line))
+        for watch in self._watches:
+            if self._wanted(watch, resource, namespace, line):
+                watch.queue.put_nowait(line)
+
+    @staticmethod
+    def _wanted(watch: _Watch, resource: tuple[str, str], namespace: str, line: bytes) -> bool:
+        if resource != watch.key or (watch.namespace and namespace != watch.namespace):
+            return False
+        return not watch.selector or _selects(watch.selector, orjson.loads(line)["object"])
+
+    def _check_fence(self, resource: tuple[str, str], obj: dict[str, Any]) -> None:
+        """The fencing policy: a labelled Job's annotations, or a status's leader and token,
+        must name the Lease's holder and leaseTransitions."""
+        if self.fence is None or resource not in FENCED:
+            return
+        if resource[1] == "jobs":
+            if LABEL_SCHEDULEDJOB not in (obj["metadata"].get("labels") or {}):
+                return
+            annotations = obj["metadata"].get("annotations") or {}
+            writer = annotations.get(ANNOTATION_LEADER)
+            token = annotations.get(ANNOTATION_FENCING_TOKEN)
+        else:
+            status = obj.get("status") or {}
+            writer, token = status.get("leader"), status.get("fencingToken")
+        lease = self.objects.get(("coordination.k8s.io/v1", "leases", *self.fence)) or {}
+        spec = lease.get("spec") or {}
+        if writer != spec.get("holderIdentity") or str(token) != str(
+            spec.get("leaseTransitions", 0)
+        ):
+            raise _status(403, "Forbidden", f"{FENCING_MESSAGE} {writer}/{token} is not the leader")
+
+
+def _server_fields(current: dict[str, Any]) -> dict[str, Any]:
+    metadata = current["metadata"]
+    return {
+        name: metadata[name]
+        for name in ("uid", "creationTimestamp", "generation")
+        if name in metadata
+    }
+
+
+def _resource_of(obj: dict[str, Any]) -> tuple[str, str]:
+    plural = {"Job": "jobs", "ScheduledJob": "scheduledjobs", "Lease": "leases", "Event": "events"}
+    return obj["apiVersion"], plural[obj["kind"]]

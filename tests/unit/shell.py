@@ -1,0 +1,93 @@
+"""The shell wired to the fake API server, for unit tests: the same parts main() wires."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from builders import CREATED, NAMESPACE, job_template
+from fakeapi import FakeApiServer
+
+from cronlease.applier import Applied, Applier
+from cronlease.jobwatch import JobWatch
+from cronlease.kube import JOBS, SCHEDULEDJOBS, KubeApi
+from cronlease.leadership import Leadership, SoleLeader
+from cronlease.model import Key, Model
+from cronlease.reconcile import Decision, ScheduledJobView, decide
+from cronlease.wakeups import WakeupQueue
+
+EVERY_MINUTE = "* * * * *"
+# The first slot after CREATED, and a moment when it is due and on time.
+SLOT = CREATED + timedelta(minutes=1)
+NOW = SLOT + timedelta(seconds=0.25)
+
+
+def scheduledjob(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"schedule": EVERY_MINUTE, "jobTemplate": job_template(), **spec},
+    }
+
+
+async def eventually(predicate: Callable[[], bool], deadline: float = 5.0) -> None:
+    """Until `predicate` holds, letting the loop run; fails after `deadline` seconds. The shell
+    offers no signal for every state a test waits for, so this polls, as kubectl waits do."""
+    async with asyncio.timeout(deadline):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+
+
+class Shell:
+    """A model, a wake-up queue and an applier on one fake API server, deciding at `now`."""
+
+    def __init__(
+        self,
+        server: FakeApiServer | None = None,
+        leadership: Leadership | None = None,
+        now: datetime = NOW,
+        patience: float = 30.0,
+    ) -> None:
+        self.server = server or FakeApiServer(clock=lambda: CREATED)
+        self.api = KubeApi(self.server)
+        self.leadership = leadership or SoleLeader("leader-a")
+        self.wakeups: WakeupQueue[Key] = WakeupQueue()
+        self.model = Model(self.wakeups.notify)
+        self.applier = Applier(self.api, self.leadership, self.model, patience=patience)
+        self.now = now
+
+    def create(self, name: str, **spec: Any) -> dict[str, Any]:
+        """A ScheduledJob applied by a user, and in the model as its watch would put it."""
+        obj = self.server.put(scheduledjob(name, **spec))
+        self.model.upsert_scheduledjob(obj)
+        return obj
+
+    def current(self, name: str) -> dict[str, Any]:
+        obj = self.model.scheduledjob((NAMESPACE, name))
+        assert obj is not None
+        return obj
+
+    async def decide(self, sj: ScheduledJobView) -> Decision:
+        return decide(sj, self.model.jobs_of(sj.uid), self.now)
+
+    async def apply(self, name: str, obj: dict[str, Any] | None = None) -> Applied:
+        return await self.applier.apply(obj or self.current(name), self.decide)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.server.items(*JOBS, NAMESPACE)
+
+    def status(self, name: str) -> dict[str, Any]:
+        obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, name)
+        assert obj is not None
+        return obj.get("status") or {}
+
+    def job_watch(self) -> tuple[JobWatch, asyncio.Event]:
+        listed = asyncio.Event()
+        return JobWatch(self.api, self.model, (), listed), listed
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,188 @@
+"""The applier on the fake API server: each write the shell makes, and what it does when the
+API server says no, loses a response, or another leader has taken over."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from builders import NAMESPACE
+from fakeapi import ResponseLost
+from shell import SLOT, Shell, eventually
+
+from cronlease.applier import FENCING_MESSAGE, Outcome
+from cronlease.kube import JOBS, LEASES
+from cronlease.leadership import ElectionConfig, LeaseElector, SoleLeader
+from cronlease.naming import format_time, scheduled_job_name
+
+JOB = scheduled_job_name("report", SLOT, with_seconds=False)
+JOB_PATH = r"/jobs$"
+STATUS_PATH = r"/status$"
+
+
+async def test_a_due_slot_creates_its_job_and_records_it() -> None:
+    shell = Shell()
+    shell.create("report")
+    applied = await shell.apply("report")
+    assert applied.outcome is Outcome.DONE
+    assert [job["metadata"]["name"] for job in shell.jobs()] == [JOB]
+    status = shell.status("report")
+    assert status["processedUntil"] == format_time(SLOT)
+    assert status["runsCreated"] == 1
+    assert (status["leader"], status["fencingToken"]) == ("leader-a", 0)
+    assert applied.wake_at == SLOT.timestamp() + 60
+
+
+async def test_a_lost_create_response_is_adopted_not_created_twice() -> None:
+    shell = Shell()
+    shell.create("report")
+    shell.server.lose("POST", JOB_PATH, skip=1)  # the first POST is the template's dry run
+    with pytest.raises(ResponseLost):
+        await shell.apply("report")
+    applied = await shell.apply("report")  # the model never heard of the Job: 409, then adopted
+    assert applied.outcome is Outcome.DONE
+    assert len(shell.jobs()) == 1
+    assert shell.status("report")["runsCreated"] == 1
+
+
+async def test_a_job_of_that_name_owned_by_someone_else_is_never_adopted() -> None:
+    shell = Shell()
+    shell.create("report")
+    squatter = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": JOB, "namespace": NAMESPACE},
+        "spec": {},
+    }
+    shell.server.put(squatter)
+    applied = await shell.apply("report")
+    assert applied.outcome is Outcome.RETRY
+    assert "already exists" in applied.error
+    assert "processedUntil" not in shell.status("report")  # the slot is not recorded as run
+
+
+async def test_a_status_write_on_a_stale_copy_is_refused_then_decided_again() -> None:
+    shell = Shell()
+    stale = shell.create("report")
+    shell.server.edit(
+        "cronlease.io/v1alpha1",
+        "scheduledjobs",
+        NAMESPACE,
+        "report",
+        {"metadata": {"labels": {"a": "b"}}},
+    )
+    applied = await shell.apply("report", stale)
+    assert applied.outcome is Outcome.STALE
+    assert shell.current("report")["metadata"]["labels"] == {"a": "b"}  # the model was refreshed
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    assert len(shell.jobs()) == 1
+    assert shell.status("report")["runsCreated"] == 1
+
+
+async def test_a_template_the_api_server_refuses_is_recorded_once_per_generation() -> None:
+    shell = Shell()
+    shell.create("report")
+    shell.server.fail("POST", JOB_PATH, 422, "spec.template.spec.containers[0].image: Required")
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    error = shell.status("report")["templateError"]
+    assert error == {"generation": 1, "message": "spec.template.spec.containers[0].image: Required"}
+    await shell.apply("report")
+    conditions = {c["type"]: c["status"] for c in shell.status("report")["conditions"]}
+    assert conditions["InvalidSpec"] == "True"
+    assert shell.jobs() == []
+    assert [call for call in shell.server.calls if call[0] == "POST" and "/jobs" in call[1]] == [
+        ("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")
+    ]  # one dry run, no retry loop
+
+
+async def elected(shell: Shell, identity: str = "leader-a") -> LeaseElector:
+    """A LeaseElector that has acquired the fencing Lease on the shell's server."""
+    elector = LeaseElector(shell.api, identity, ElectionConfig("cronlease-system"), lambda: 0.0)
+    shell.server.fence = ("cronlease-system", "cronlease-leader")
+    await elector.tick()
+    assert elector.is_leading()
+    return elector
+
+
+async def test_a_leader_whose_lease_was_taken_is_fenced_and_steps_down() -> None:
+    shell = Shell()
+    elector = await elected(shell)
+    shell.leadership = shell.applier.leadership = elector
+    shell.create("report")
+    shell.server.edit(
+        *LEASES,
+        "cronlease-system",
+        "cronlease-leader",
+        {"spec": {"holderIdentity": "leader-b", "leaseTransitions": 1}},
+    )
+    applied = await shell.apply("report")  # it still believes it leads: its clock stands still
+    assert applied.outcome is Outcome.NOT_LEADING
+    assert shell.jobs() == []
+    assert not elector.is_leading()
+
+
+async def test_a_fence_refusal_while_the_lease_is_still_ours_is_retried() -> None:
+    """Right after a takeover the policy can read the previous Lease for a few milliseconds."""
+    shell = Shell()
+    elector = await elected(shell)
+    shell.applier.leadership = elector
+    shell.create("report")
+    shell.server.fail("POST", JOB_PATH, 403, f"{FENCING_MESSAGE} stale cache", skip=1)
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    assert len(shell.jobs()) == 1
+    assert elector.is_leading()
+
+
+async def test_a_status_write_held_for_creations_is_dropped_on_handover_and_recorded_later() -> (
+    None
+):
+    leader = SoleLeader("leader-a")
+    shell = Shell(leadership=leader)
+    shell.create("report")
+    shell.create("slow")
+    # slow's Job creation is under way until released; report's status write waits for it.
+    release = asyncio.Event()
+    shell.server.hold("POST", JOB_PATH, release, body='"name":"slow-')
+    slow = asyncio.create_task(shell.apply("slow"))
+    report = asyncio.create_task(shell.apply("report"))
+    await eventually(lambda: len(shell.jobs()) == 1 and shell.server.held == 1)
+    await leader.release()  # handover while the write is held
+    release.set()  # slow's create, in flight before the handover, completes
+    assert (await report).outcome is Outcome.NOT_LEADING
+    await slow
+    assert "processedUntil" not in shell.status("report")
+    # The next leader, from a cold model: the Job is the slot's run, recorded, not created again.
+    successor = Shell(shell.server, SoleLeader("leader-b"))
+    for job in shell.jobs():
+        successor.model.upsert_job(job)
+    obj = shell.server.get("cronlease.io/v1alpha1", "scheduledjobs", NAMESPACE, "report")
+    assert obj is not None
+    successor.model.upsert_scheduledjob(obj)
+    assert (await successor.apply("report")).outcome is Outcome.DONE
+    assert [job["metadata"]["name"] for job in shell.jobs()].count(JOB) == 1
+    assert successor.status("report")["runsCreated"] == 1
+    assert successor.status("report")["processedUntil"] == format_time(SLOT)
+
+
+async def test_a_deleted_job_is_deleted_by_uid_only() -> None:
+    """History cleanup names the uid it decided on: a Job recreated under the name survives."""
+    shell = Shell()
+    shell.create("report", successfulJobsHistoryLimit=0)
+    await shell.apply("report")
+    job = shell.jobs()[0]
+    finished = {
+        "status": {
+            "startTime": format_time(SLOT),
+            "completionTime": format_time(SLOT),
+            "conditions": [{"type": "Complete", "status": "True"}],
+        }
+    }
+    shell.server.edit(*JOBS, NAMESPACE, JOB, finished)
+    stored = shell.server.get(*JOBS, NAMESPACE, JOB)
+    assert stored is not None
+    shell.model.upsert_job(stored)
+    # Someone replaces the Job between the decision and the delete.
+    shell.server.remove(*JOBS, NAMESPACE, JOB)
+    shell.server.put({**job, "metadata": {**job["metadata"], "uid": "", "resourceVersion": ""}})
+    await shell.apply("report")
+    assert [j["metadata"]["name"] for j in shell.jobs()] == [JOB]

@@ -1,0 +1,188 @@
+"""The Lease elector, case by case, with an injected clock, on the fake API server.
+
+In the style of client-go's leaderelection tests: each case starts from a Lease on the server (or
+none), runs election rounds at given instants of the elector's own monotonic clock, and checks
+who leads with which token, what the Lease says, and the exact calls made: a call the case does
+not expect fails it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from fakeapi import FakeApiServer
+
+from cronlease.kube import LEASES, KubeApi
+from cronlease.leadership import ElectionConfig, LeaseElector
+
+NS, NAME = "cronlease-system", "cronlease-leader"
+CONFIG = ElectionConfig(NS, NAME, lease_duration=15, renew_deadline=10, retry_period=2)
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"
+GET, PUT, POST = ("GET", LEASE_PATH), ("PUT", LEASE_PATH), ("POST", LEASE_PATH.rsplit("/", 1)[0])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease(
+    holder: str, transitions: int, renew: str = "2026-01-05T09:00:00.000000Z"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "renewTime": renew,
+            "leaseTransitions": transitions,
+        },
+    }
+
+
+@dataclass
+class Case:
+    name: str
+    existing: dict[str, Any] | None
+    rounds: list[float]  # clock readings at which the elector runs one round
+    leading: bool
+    token: int
+    holder: str  # on the server afterwards
+    calls: list[tuple[str, str]]
+    between: Callable[[FakeApiServer, int], None] = field(default=lambda server, i: None)
+
+
+def renewed_by_other(server: FakeApiServer, round_index: int) -> None:
+    """The other holder renews between our rounds: its renewTime changes each time."""
+    server.edit(
+        *LEASES, NS, NAME, {"spec": {"renewTime": f"2026-01-05T09:00:{round_index:02d}.0Z"}}
+    )
+
+
+def conflict_on_put(server: FakeApiServer, round_index: int) -> None:
+    if round_index == 0:
+        server.fail("PUT", LEASE_PATH, 409)
+
+
+CASES = [
+    Case("acquire: no Lease yet", None, [0], True, 0, "me", [GET, POST]),
+    Case("acquire: an empty holder (released)", lease("", 3), [0], True, 4, "me", [GET, PUT]),
+    Case("renew: ours, token kept", lease("me", 5), [0, 2], True, 5, "me", [GET, PUT, GET, PUT]),
+    Case(
+        "observe: another holder's Lease is valid until OUR clock says it expired",
+        lease("other", 2),
+        [0, 14.9],
+        False,
+        -1,
+        "other",
+        [GET, GET],
+    ),
+    Case(
+        "expire: after lease_duration on our clock with no renewal seen, take it over",
+        lease("other", 2),
+        [0, 15.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+    ),
+    Case(
+        "a holder that keeps renewing never expires, however long we watch",
+        lease("other", 2),
+        [0, 10, 20, 30],
+        False,
+        -1,
+        "other",
+        [GET] * 4,
+        renewed_by_other,
+    ),
+    Case(
+        "conflict: somebody else wrote first; we do not lead",
+        lease("", 1),
+        [0],
+        False,
+        -1,
+        "",
+        [GET, PUT],
+        conflict_on_put,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+async def test_election_round(case: Case) -> None:
+    server, clock = FakeApiServer(), Clock()
+    if case.existing is not None:
+        server.put(case.existing)
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    for index, instant in enumerate(case.rounds):
+        case.between(server, index)
+        clock.now = instant
+        await elector.tick()
+    assert server.calls == case.calls
+    assert elector.is_leading() is case.leading
+    if case.leading:
+        assert elector.token == case.token
+    stored = server.get(*LEASES, NS, NAME)
+    assert stored is not None
+    assert stored["spec"]["holderIdentity"] == case.holder
+    if case.leading:
+        assert stored["spec"]["leaseTransitions"] == case.token
+
+
+async def test_a_leader_stops_acting_at_its_renew_deadline_before_the_lease_can_expire() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    server.fail("GET", LEASE_PATH, 500, times=100)  # renewals fail from now on
+    clock.now = 9.9
+    assert elector.is_leading()
+    clock.now = 10.0
+    assert not elector.is_leading()  # 5 s before anyone else may take the Lease
+
+
+async def test_release_empties_the_holder_and_a_standby_takes_over_at_once() -> None:
+    server, clock = FakeApiServer(), Clock()
+    leader = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    standby = LeaseElector(KubeApi(server), "standby", CONFIG, clock)
+    await leader.tick()
+    await standby.tick()
+    await leader.release()
+    assert not leader.is_leading()
+    stored = server.get(*LEASES, NS, NAME)
+    assert stored is not None
+    assert (stored["spec"]["holderIdentity"], stored["spec"]["leaseDurationSeconds"]) == ("", 1)
+    await standby.tick()  # no waiting for expiry
+    assert standby.is_leading()
+    assert standby.token == 1
+    await leader.tick()  # a released elector never takes the Lease again
+    assert not leader.is_leading()
+
+
+async def test_verify_after_a_refused_write_steps_down_if_the_lease_moved() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    assert await elector.verify()
+    server.edit(*LEASES, NS, NAME, {"spec": {"holderIdentity": "other", "leaseTransitions": 1}})
+    assert elector.is_leading()  # its own clock cannot know
+    assert not await elector.verify()
+    assert not elector.is_leading()
+
+
+@pytest.mark.parametrize(
+    ("duration", "deadline", "retry"), [(10, 10, 2), (15, 10, 10), (15, 10, 0), (5, 10, 2)]
+)
+def test_timings_that_could_let_two_leaders_act_are_refused(
+    duration: float, deadline: float, retry: float
+) -> None:
+    with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
+        ElectionConfig(NS, NAME, duration, deadline, retry)

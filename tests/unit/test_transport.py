@@ -1,0 +1,54 @@
+"""The real HttpTransport against the fake API server served over HTTP on the loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import kopf
+import pytest
+from aiohttp.test_utils import TestServer
+from fakeapi import FakeApiServer
+
+from cronlease.kube import HttpTransport, KubeApi
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[FakeApiServer, str]]:
+    fake = FakeApiServer()
+    server = TestServer(fake.app(), host="127.0.0.1")
+    await server.start_server()
+    yield fake, str(server.make_url("/"))
+    await server.close()
+
+
+async def test_a_rotated_token_logs_in_again_once(served: tuple[FakeApiServer, str]) -> None:
+    fake, url = served
+    fake.tokens = {"new"}  # "old" has expired
+    logins: list[str] = []
+
+    def relogin() -> kopf.ConnectionInfo:
+        logins.append("again")
+        return kopf.ConnectionInfo(server=url, token="new")
+
+    api = KubeApi(HttpTransport(kopf.ConnectionInfo(server=url, token="old"), relogin, 4))
+    try:
+        assert await api.get_lease("cronlease-system", "absent") is None  # 404, after a login
+        assert await api.get_lease("cronlease-system", "absent") is None  # no second login
+    finally:
+        await api.close()
+    assert logins == ["again"]
+
+
+async def test_a_token_refused_after_logging_in_again_is_an_error(
+    served: tuple[FakeApiServer, str],
+) -> None:
+    fake, url = served
+    fake.tokens = set()
+    info = kopf.ConnectionInfo(server=url, token="old")
+    api = KubeApi(HttpTransport(info, lambda: info, 4))
+    try:
+        with pytest.raises(Exception, match="401"):
+            await api.get_lease("cronlease-system", "absent")
+    finally:
+        await api.close()
+    assert len(fake.calls) == 0  # both attempts refused at the door

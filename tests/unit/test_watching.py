@@ -1,0 +1,88 @@
+"""The one list-then-watch, as the Job watch uses it, on the fake API server: listing, following,
+resuming from bookmarks, listing again after 410, and objects it cannot take."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from builders import NAMESPACE
+from shell import Shell, eventually
+
+from cronlease.kube import JOBS
+from cronlease.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
+
+OWNER_UID = "uid-report"
+
+
+def job(name: str, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {LABEL_SCHEDULEDJOB: "report"},
+            "annotations": annotations,
+            "ownerReferences": [{"uid": OWNER_UID, "controller": True}],
+        },
+        "spec": {},
+    }
+
+
+def names(shell: Shell) -> set[str]:
+    return {info.name for info in shell.model.jobs_of(OWNER_UID)}
+
+
+@pytest.fixture
+async def watched() -> AsyncIterator[Shell]:
+    """A shell whose Job watch runs, with one Job listed before it started."""
+    shell = Shell()
+    shell.server.put(job("listed"))
+    watch, listed = shell.job_watch()
+    task = asyncio.create_task(watch.run())
+    await asyncio.wait_for(listed.wait(), 5)
+    yield shell
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_listing_then_every_change_reaches_the_model(watched: Shell) -> None:
+    assert names(watched) == {"listed"}
+    watched.server.put(job("added"))
+    await eventually(lambda: names(watched) == {"listed", "added"})
+    watched.server.remove(*JOBS, NAMESPACE, "listed")
+    await eventually(lambda: names(watched) == {"added"})
+
+
+async def test_a_watch_the_server_ends_resumes_from_the_last_bookmark(watched: Shell) -> None:
+    await eventually(lambda: watched.server.open_watches == 1)
+    watched.server.put({**job("unrelated"), "metadata": {"name": "unrelated", "namespace": "x"}})
+    watched.server.bookmark()
+    bookmarked = str(watched.server.version)
+    watched.server.end_watches()  # after the bookmark, in the same stream
+    await eventually(lambda: watched.server.open_watches == 1)
+    assert watched.server.watched_from[-1] == bookmarked
+    assert not any(call[0] == "GET" for call in watched.server.calls[1:])  # no second LIST
+
+
+async def test_after_410_a_new_listing_settles_what_the_gap_hid(watched: Shell) -> None:
+    await eventually(lambda: watched.server.open_watches == 1)
+    # While no watch is open, the Job is deleted and the history compacted away.
+    watched.server.end_watches()
+    watched.server.remove(*JOBS, NAMESPACE, "listed")
+    watched.server.put(job("created-meanwhile"))
+    watched.server.compact()
+    await eventually(lambda: names(watched) == {"created-meanwhile"})
+    lists = [call for call in watched.server.calls if call[0] == "GET"]
+    assert len(lists) == 2
+
+
+async def test_a_job_the_model_cannot_read_affects_only_itself(watched: Shell) -> None:
+    """A user's edit of one Job's annotation must never stop the watch for everyone else."""
+    watched.server.put(job("corrupted", **{ANNOTATION_SCHEDULED_AT: "not a time"}))
+    watched.server.put(job("after"))
+    await eventually(lambda: "after" in names(watched))
+    assert watched.server.open_watches == 1
