@@ -56,8 +56,8 @@ bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/r
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
 
-chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (CHAOS_ARGS="--duration 1800")
-	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python hack/chaos.py $(CHAOS_ARGS)
+chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)
 
 clean: cluster-down ## stop the cluster and remove build caches
 	rm -rf .cache
