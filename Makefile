@@ -39,13 +39,13 @@ lint: venv ## ruff lint and format check
 typecheck: venv ## mypy --strict
 	$(BIN)/mypy
 
-unit: venv controlplane ## unit tests (no cluster; the chart tests use the built helm)
+unit: venv ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
 	$(PYTEST) tests/unit
 
 e2e: venv controlplane ## end-to-end tests against the real control plane (started if needed)
 	$(PYTEST) tests/e2e
 
-test: lint typecheck unit e2e ## everything CI runs
+test: lint typecheck controlplane unit e2e ## everything CI runs (controlplane first: the chart tests need its helm)
 
 demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
 	bash hack/demo.sh
