@@ -39,13 +39,13 @@ lint: venv ## ruff lint and format check
 typecheck: venv ## mypy --strict
 	$(BIN)/mypy
 
-unit: venv controlplane ## unit tests (no cluster; the chart tests use the built helm)
+unit: venv ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
 	$(PYTEST) tests/unit
 
 e2e: venv controlplane ## end-to-end tests against the real control plane (started if needed)
 	$(PYTEST) tests/e2e
 
-test: lint typecheck unit e2e ## everything CI runs
+test: lint typecheck controlplane unit e2e ## everything CI runs (controlplane first: the chart tests need its helm)
 
 demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
 	bash hack/demo.sh
@@ -56,8 +56,8 @@ bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/r
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
 
-chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (CHAOS_ARGS="--duration 1800")
-	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python hack/chaos.py $(CHAOS_ARGS)
+chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)
 
 clean: cluster-down ## stop the cluster and remove build caches
 	rm -rf .cache

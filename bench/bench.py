@@ -423,6 +423,8 @@ def markdown(results: dict[str, Any]) -> str:
         "A percentile counts every Job due; 'missed' means it falls among the Jobs that never "
         "came within the window (the slot plus 55 s).",
         "",
+        "Raw data, every Job's lag included: [latest.json](latest.json).",
+        "",
         "| N | controller | jobs | missing | p50 s | p90 s | p99 s | max s | p99 ours/theirs |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -635,9 +637,9 @@ def write_partial(results: dict[str, Any], out: Path) -> None:
 
 
 def write_results(results: dict[str, Any], phases: list[Phase], out: Path, plot_too: bool) -> None:
+    """Replace the previous run's results: git keeps the history."""
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"bench-{stamp}.json").write_text(json.dumps(results, indent=2))
+    (out / "latest.json").write_text(json.dumps(results, indent=2))
     (out / "partial.json").unlink(missing_ok=True)
     report = markdown(results)
     (out / "latest.md").write_text(report)

@@ -1,8 +1,11 @@
-"""Bring a control plane up, find a running one again, and take it down."""
+"""Bring a control plane up, find a running one again, and take it down.
+
+Each component starts in its own module (etcd, apiserver, controllers, kwok), as in
+controller-runtime's envtest; this one orders them, waits for readiness, and tears them down.
+"""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import json
@@ -15,20 +18,25 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
+from devcluster import apiserver, controllers, etcd, kwok
+from devcluster.kubeconfig import write_kubeconfig
+from devcluster.kwok import NODE_NAME
 
-from devcluster.pki import CertificateAuthority, KeyPair, write_service_account_keys
-from devcluster.processes import free_port, is_running, spawn, stop
+# Tests, bench and chaos import the pod template from here.
+from devcluster.kwok import kwok_pod_template as kwok_pod_template
+from devcluster.pki import CertificateAuthority, write_service_account_keys
+from devcluster.processes import Started, free_port, is_running, spawn, stop
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = Path(__file__).with_name("kwok-stages.yaml")
-NODE_NAME = "kwok-node-0"
-NODE_SELECTOR_LABEL = ("type", "kwok")
-SERVICE_CIDR = "10.0.0.0/24"
 # Components in start order; teardown goes in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = (
+    etcd.NAME,
+    apiserver.NAME,
+    controllers.CONTROLLER_MANAGER,
+    controllers.SCHEDULER,
+    kwok.NAME,
+)
 
 
 class ClusterError(RuntimeError):
@@ -120,10 +128,13 @@ class Cluster:
     def kubectl(self, *args: str, check: bool = True) -> str:
         return kubectl(self.kubeconfig, *args, check=check)
 
-    def launch(self, name: str, command: list[str]) -> None:
-        """Start a component and remember how, so that it can be restarted the same way."""
+    def add(self, started: Started) -> Started:
+        """Remember a started component and how it was started, to restart it the same way."""
+        self._adopt(started.name, started.command, started.process)
+        return started
+
+    def _adopt(self, name: str, command: list[str], child: subprocess.Popen[bytes]) -> None:
         self.commands[name] = command
-        child = spawn(command, self.log_dir / f"{name}.log")
         self.children[name], self.pids[name] = child, child.pid
         self.save()
 
@@ -136,7 +147,8 @@ class Cluster:
             )
         stop(self.pids[name], name)
         time.sleep(down_seconds)  # the fault being injected: this long without the component
-        self.launch(name, self.commands[name])
+        command = self.commands[name]
+        self._adopt(name, command, spawn(command, self.log_dir / f"{name}.log"))
         _wait_for(lambda: _api_ready(self), 90, f"the API after restarting {name}", self)
 
 
@@ -232,20 +244,11 @@ def _start(directory: Path) -> Cluster:
     log_dir.mkdir(parents=True)
 
     ca = CertificateAuthority(pki_dir)
-    serving = ca.issue("apiserver", "kube-apiserver", server=True)
     sa_keys = write_service_account_keys(pki_dir)
     api_port = free_port()
     server = f"https://127.0.0.1:{api_port}"
     kubeconfig = directory / "kubeconfig"
-    _write_kubeconfig(kubeconfig, server, ca.pair, ca.issue("admin", "admin", ("system:masters",)))
-    kcm_config = data_dir / "kube-controller-manager.kubeconfig"
-    _write_kubeconfig(
-        kcm_config, server, ca.pair, ca.issue("kcm", "system:kube-controller-manager")
-    )
-    scheduler_config = data_dir / "kube-scheduler.kubeconfig"
-    _write_kubeconfig(
-        scheduler_config, server, ca.pair, ca.issue("scheduler", "system:kube-scheduler")
-    )
+    write_kubeconfig(kubeconfig, server, ca.pair, ca.issue("admin", "admin", ("system:masters",)))
 
     cluster = Cluster(
         kubeconfig=kubeconfig,
@@ -255,82 +258,37 @@ def _start(directory: Path) -> Cluster:
         started_at=time.time(),
     )
     try:
-        etcd_port, peer_port = free_port(), free_port()
-        etcd_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{peer_port}"
-        cluster.launch(
-            "etcd",
-            [
-                str(bins / "etcd"),
-                "--name=default",
-                f"--data-dir={data_dir / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=default={peer_url}",
-                # A test cluster trades durability for speed: its data dies with it anyway.
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ],
-        )
-        cluster.launch(
-            "kube-apiserver",
-            [
-                str(bins / "kube-apiserver"),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={api_port}",
-                f"--cert-dir={data_dir / 'apiserver'}",
-                f"--tls-cert-file={serving.cert}",
-                f"--tls-private-key-file={serving.key}",
-                f"--client-ca-file={ca.pair.cert}",
-                f"--service-account-key-file={sa_keys.cert}",
-                f"--service-account-signing-key-file={sa_keys.key}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--api-audiences=https://kubernetes.default.svc.cluster.local",
-                "--authorization-mode=RBAC",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--profiling=false",
-                # Loopback cannot be advertised in the kubernetes Service's endpoints; nothing
-                # in this cluster reaches the API through that Service anyway.
-                "--endpoint-reconciler-type=none",
-            ],
+        store = cluster.add(etcd.start(bins, data_dir, log_dir, free_port(), free_port()))
+        cluster.add(
+            apiserver.start(
+                bins,
+                data_dir,
+                log_dir,
+                etcd_url=store.url,
+                port=api_port,
+                serving=ca.issue("apiserver", "kube-apiserver", server=True),
+                client_ca=ca.pair.cert,
+                service_account=sa_keys,
+            )
         )
         _wait_for(lambda: _api_ready(cluster), 90, "kube-apiserver /readyz", cluster)
-        cluster.launch(
-            "kube-controller-manager",
-            [
-                str(bins / "kube-controller-manager"),
-                f"--kubeconfig={kcm_config}",
-                f"--authentication-kubeconfig={kcm_config}",
-                f"--authorization-kubeconfig={kcm_config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={sa_keys.key}",
-                f"--root-ca-file={ca.pair.cert}",
-                f"--cluster-signing-cert-file={ca.pair.cert}",
-                f"--cluster-signing-key-file={ca.pair.key}",
-                # All default controllers: job, cronjob (our rival), garbage collector,
-                # service accounts and tokens, namespace, TTL-after-finished, node lifecycle.
-                "--controllers=*",
-            ],
+        cluster.add(
+            controllers.start_controller_manager(
+                bins,
+                data_dir,
+                log_dir,
+                server=server,
+                ca=ca,
+                service_account=sa_keys,
+                port=free_port(),
+            )
         )
-        cluster.launch(
-            "kube-scheduler",
-            [
-                str(bins / "kube-scheduler"),
-                f"--kubeconfig={scheduler_config}",
-                f"--authentication-kubeconfig={scheduler_config}",
-                f"--authorization-kubeconfig={scheduler_config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--leader-elect=false",
-            ],
+        cluster.add(
+            controllers.start_scheduler(
+                bins, data_dir, log_dir, server=server, ca=ca, port=free_port()
+            )
         )
-        cluster.launch("kwok", kwok_command(kubeconfig, bins))
+        cluster.add(kwok.start(bins, kubeconfig, log_dir, free_port()))
         create_fake_node(kubeconfig)
         _wait_for(
             lambda: _default_service_account(cluster), 60, "the default ServiceAccount", cluster
@@ -347,94 +305,11 @@ def _start(directory: Path) -> Cluster:
 
 def start_kwok(kubeconfig: Path, log_dir: Path) -> int:
     """Run kwok against any cluster (ours, or kind's) to play the fake node and its pods."""
-    return spawn(kwok_command(kubeconfig, bin_dir()), log_dir / "kwok.log").pid
-
-
-def kwok_command(kubeconfig: Path, bins: Path) -> list[str]:
-    return [
-        str(bins / "kwok"),
-        f"--kubeconfig={kubeconfig}",
-        f"--config={STAGES}",
-        "--manage-all-nodes=false",
-        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        "--node-lease-duration-seconds=40",
-        f"--server-address=127.0.0.1:{free_port()}",
-        "--cidr=10.244.0.0/16",
-        "--node-ip=127.0.0.1",
-    ]
-
-
-def kwok_pod_template(duration: str = "0s", result: str = "Succeeded") -> dict[str, Any]:
-    """A Job's pod template for the fake node: kwok runs the pod for `duration`, then ends it as
-    `result` says. The node selector keeps such pods off real kubelets (on kind)."""
-    return {
-        "metadata": {
-            "annotations": {
-                "kwok.cronlease.io/duration": duration,
-                "kwok.cronlease.io/result": result,
-            }
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {NODE_SELECTOR_LABEL[0]: NODE_SELECTOR_LABEL[1]},
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "main", "image": "noop"}],
-        },
-    }
+    return kwok.start(bin_dir(), kubeconfig, log_dir, free_port()).process.pid
 
 
 def create_fake_node(kubeconfig: Path) -> None:
-    """One fake node, untainted, labelled type=kwok so test pods can select it on kind too."""
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": NODE_NAME,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "kubernetes.io/hostname": NODE_NAME,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                NODE_SELECTOR_LABEL[0]: NODE_SELECTOR_LABEL[1],
-            },
-        },
-    }
-    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(node))
-
-
-def _write_kubeconfig(path: Path, server: str, ca: KeyPair, client: KeyPair) -> None:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "cronlease-dev",
-                "cluster": {
-                    "server": server,
-                    "certificate-authority-data": _b64(ca.cert),
-                },
-            }
-        ],
-        "users": [
-            {
-                "name": "admin",
-                "user": {
-                    "client-certificate-data": _b64(client.cert),
-                    "client-key-data": _b64(client.key),
-                },
-            }
-        ],
-        "contexts": [
-            {"name": "cronlease-dev", "context": {"cluster": "cronlease-dev", "user": "admin"}}
-        ],
-        "current-context": "cronlease-dev",
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
-
-
-def _b64(path: Path) -> str:
-    return base64.b64encode(path.read_bytes()).decode()
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(kwok.fake_node()))
 
 
 def _api_ready(cluster: Cluster) -> bool:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -63,3 +64,18 @@ def _reap(pid: int) -> None:
     """Collect the exit status if we are the parent, so no zombie lingers in long test runs."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+@dataclass(frozen=True)
+class Started:
+    """A component just started: its command is kept so that a restart runs it the same way."""
+
+    name: str
+    command: list[str]
+    process: subprocess.Popen[bytes]
+    url: str
+
+
+def start_component(name: str, command: list[str], log_dir: Path, url: str) -> Started:
+    """Spawn one control-plane component, logging to `log_dir/<name>.log`."""
+    return Started(name, command, spawn(command, log_dir / f"{name}.log"), url)

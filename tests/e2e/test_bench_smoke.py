@@ -29,7 +29,7 @@ def test_bench_runs_end_to_end_and_reports(
     assert "| 5 | cronlease |" in report
     assert "| 5 | cronjob |" in report
     assert (tmp_path / "latest-lag-cdf.png").stat().st_size > 10_000
-    data = json.loads(next(tmp_path.glob("bench-*.json")).read_text())
+    data = json.loads((tmp_path / "latest.json").read_text())
     for controller in ("cronlease", "cronjob"):
         row = data["by_n"]["5"][controller]
         assert row["jobs"] == 5, row

@@ -3,6 +3,7 @@ ScheduledJobs every 10 s, then the audit: nothing duplicated, nothing missing, n
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,44 +15,38 @@ import pytest
 from devcluster.cluster import cluster_dir
 from devcluster.replica import REPO, OperatorProcess
 
+CHAOS = REPO / "bench" / "chaos.py"
+FAULT_KINDS = {
+    "kill-leader",
+    "pause-leader",
+    "restart-apiserver",
+    "restart-etcd",
+    "kill-standby",
+    "crash-loop",
+}
+
 
 def test_short_chaos_run_audits_clean(
-    request: pytest.FixtureRequest,
-    k8s_cluster: Any,
-    crd: str,
-    operator_process: OperatorProcess,
-    tmp_path: Path,
+    k8s_cluster: Any, crd: str, operator_process: OperatorProcess, tmp_path: Path
 ) -> None:
     if Path(k8s_cluster.kubeconfig) != cluster_dir() / "kubeconfig":
         pytest.skip("chaos restarts kube-apiserver and etcd: it needs our own control plane")
     operator_process.stop()  # chaos runs its own three replicas
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'hack'}:{REPO / 'operator'}"}
-    command = [sys.executable, str(REPO / "hack" / "chaos.py"), "--duration", "60"]
-    command += ["--fault-every", "8", "--kubeconfig", str(k8s_cluster.kubeconfig)]
-    command += ["--out", str(tmp_path)]
+    command = [sys.executable, str(CHAOS), "--duration", "60", "--fault-every", "8"]
+    command += ["--kubeconfig", str(k8s_cluster.kubeconfig), "--out", str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    report = (
-        (tmp_path / "chaos-latest.md").read_text()
-        if (tmp_path / "chaos-latest.md").exists()
-        else ""
-    )
-    print(report)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    rows = dict(
-        (cells[1].strip(), cells[2].strip())
-        for line in report.splitlines()
-        if line.startswith("| ") and len(cells := line.split("|")) > 3
-    )
-    assert int(rows["slots expected"]) >= 500
-    assert rows["slots expected"] == rows["slots created"]
-    for must_be_zero in ("duplicated", "missing without a reason", "stale-leader writes admitted"):
-        assert rows[must_be_zero] == "0", (must_be_zero, report)
-    for fault in (
-        "SIGKILL leader",
-        "SIGSTOP leader",
-        "kube-apiserver",
-        "etcd",
-        "standby",
-        "crash-looped",
-    ):
-        assert fault in report, fault
+    output = result.stdout[-4000:] + result.stderr[-4000:]
+    assert result.returncode == 0, output
+    record = json.loads((tmp_path / "chaos-latest.json").read_text())
+    audit = record["audit"]
+    assert audit["slots_expected"] >= 500, audit
+    assert audit["slots_created"] == audit["slots_expected"], audit
+    for must_be_zero in ("duplicates", "silent_losses", "stale_leader_writes", "disallowed_skips"):
+        assert audit[must_be_zero] == 0, (must_be_zero, audit)
+    assert record["failed"] == [], record["failed"]
+    # An audit of a run whose faults hit nobody would prove nothing.
+    applied = {fault["kind"] for fault in record["faults"] if fault["applied"]}
+    assert applied == FAULT_KINDS, record["faults"]
+    assert audit["leader_changes"] >= 1, audit
+    assert audit["operator_restarts"] >= 1, audit

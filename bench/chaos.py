@@ -8,9 +8,10 @@ would bring them back.
 The auditor watches from outside: every Job's ADDED event (re-listing after each outage), and the
 Lease's holder and token. At the end, for each ScheduledJob, every slot between its creation and
 its status.processedUntil must have exactly one Job or a skip for a reason the spec allows.
+The audit goes to bench/results/chaos-latest.md for people and chaos-latest.json for tests.
 
     make chaos                                   # 3 minutes
-    python hack/chaos.py --duration 1800         # the full run
+    python bench/chaos.py --duration 1800        # the full run
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,9 @@ from cronlease.naming import (
     LABEL_SCHEDULEDJOB,
     parse_time,
 )
-from devcluster.cluster import Cluster, cluster_dir, ensure_cluster, kwok_pod_template
+from devcluster.cluster import Cluster, cluster_dir, ensure_cluster
 from devcluster.install import install_chart, service_account_kubeconfig
+from devcluster.kwok import kwok_pod_template
 from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, REPO, OperatorProcess
 
 RUN_LABEL = "chaos.cronlease.io/run"
@@ -66,10 +68,18 @@ class Seen:
 
 
 @dataclass
+class Fault:
+    at: float  # seconds since the faults began
+    kind: str  # one of FAULTS
+    applied: bool  # False when there was nobody to apply it to (no leader, no standby)
+    what: str
+
+
+@dataclass
 class Observations:
     jobs: dict[str, Seen] = field(default_factory=dict)  # by uid
     lease: list[tuple[float, str, int]] = field(default_factory=list)  # (time, holder, token)
-    faults: list[tuple[float, str]] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
     restarts: int = 0
 
 
@@ -171,33 +181,33 @@ class Replicas:
             time.sleep(backoff)
 
 
-def inject(fault: str, cluster: Cluster, replicas: Replicas) -> str:
-    """Apply one fault (blocking); return what was done."""
+def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]:
+    """Apply one fault (blocking); return whether it was applied, and what was done."""
     if fault in ("kill-leader", "pause-leader"):
         leader = replicas.leader()
         if leader is None:
-            return f"{fault}: no leader right now, skipped"
+            return False, f"{fault}: no leader right now, skipped"
         if fault == "kill-leader":
             replicas.kill_and_restart(leader)
-            return f"SIGKILL leader {leader.name}, restarted after 2 s"
+            return True, f"SIGKILL leader {leader.name}, restarted after 2 s"
         leader.send(signal.SIGSTOP)
         time.sleep(ELECTION["lease_duration"] + 2)
         leader.send(signal.SIGCONT)
-        return f"SIGSTOP leader {leader.name} for {ELECTION['lease_duration'] + 2:.0f} s"
+        return True, f"SIGSTOP leader {leader.name} for {ELECTION['lease_duration'] + 2:.0f} s"
     if fault == "restart-apiserver":
         cluster.restart("kube-apiserver", down_seconds=2)
-        return "restarted kube-apiserver (down 2 s, all watches dropped)"
+        return True, "restarted kube-apiserver (down 2 s, all watches dropped)"
     if fault == "restart-etcd":
         cluster.restart("etcd", down_seconds=2)
-        return "restarted etcd (down 2 s)"
+        return True, "restarted etcd (down 2 s)"
     if fault == "kill-standby":
         standby = replicas.standby()
         if standby is None:
-            return "kill-standby: no standby right now, skipped"
+            return False, "kill-standby: no standby right now, skipped"
         replicas.kill_and_restart(standby)
-        return f"SIGKILL standby {standby.name}, restarted after 2 s"
+        return True, f"SIGKILL standby {standby.name}, restarted after 2 s"
     replicas.crash_loop()
-    return "a replica crash-looped 3 times"
+    return True, "a replica crash-looped 3 times"
 
 
 def audit(scheduledjobs: list[dict[str, Any]], seen: Observations) -> dict[str, Any]:
@@ -229,33 +239,48 @@ def audit(scheduledjobs: list[dict[str, Any]], seen: Observations) -> dict[str, 
     )
     lags = [job.arrived - job.slot.timestamp() for job in seen.jobs.values()]
     return {
-        "slots expected": expected,
-        "slots created": created,
-        "slots skipped (allowed reasons)": sum(v for k, v in skips.items() if k in ALLOWED_SKIPS),
-        "skipped for reasons not allowed": sum(
-            v for k, v in skips.items() if k not in ALLOWED_SKIPS
-        ),
-        "duplicated": duplicated,
-        "missing without a reason": missing,
-        "stale-leader writes admitted": stale,
-        "operator restarts": seen.restarts,
-        "leader changes": max(0, len({token for _, _, token in seen.lease}) - 1),
-        "maximum lag s": round(max(lags, default=0.0), 2),
-        "skips by reason": skips,
+        "slots_expected": expected,
+        "slots_created": created,
+        "allowed_skips": sum(v for k, v in skips.items() if k in ALLOWED_SKIPS),
+        "disallowed_skips": sum(v for k, v in skips.items() if k not in ALLOWED_SKIPS),
+        "duplicates": duplicated,
+        "silent_losses": missing,
+        "stale_leader_writes": stale,
+        "operator_restarts": seen.restarts,
+        "leader_changes": max(0, len({token for _, _, token in seen.lease}) - 1),
+        "max_lag_s": round(max(lags, default=0.0), 2),
+        "skips_by_reason": skips,
     }
 
 
-MUST_BE_ZERO = (
-    "duplicated",
-    "missing without a reason",
-    "stale-leader writes admitted",
-    "skipped for reasons not allowed",
-)
+# The audit's figures, in the report's order, with the words the report uses for them.
+LABELS = {
+    "slots_expected": "slots expected",
+    "slots_created": "slots created",
+    "allowed_skips": "slots skipped (allowed reasons)",
+    "disallowed_skips": "skipped for reasons not allowed",
+    "duplicates": "duplicated",
+    "silent_losses": "missing without a reason",
+    "stale_leader_writes": "stale-leader writes admitted",
+    "operator_restarts": "operator restarts",
+    "leader_changes": "leader changes",
+    "max_lag_s": "maximum lag s",
+}
+MUST_BE_ZERO = ("duplicates", "silent_losses", "stale_leader_writes", "disallowed_skips")
 
 
-def report(
-    result: dict[str, Any], args: argparse.Namespace, faults: list[tuple[float, str]]
-) -> str:
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "duration_s": args.duration,
+        "fault_every_s": args.fault_every,
+        "scheduledjobs": args.scheduledjobs,
+        "replicas": args.replicas,
+        "schedule": SCHEDULE,
+        "starting_deadline_s": DEADLINE,
+    }
+
+
+def report(result: dict[str, Any], args: argparse.Namespace, faults: list[Fault]) -> str:
     lines = [
         f"# Chaos run: {args.duration:.0f} s of faults, {args.scheduledjobs} ScheduledJobs "
         f"({SCHEDULE}, startingDeadlineSeconds {DEADLINE}), {args.replicas} replicas",
@@ -263,17 +288,16 @@ def report(
         "| figure | value | must be |",
         "|---|---|---|",
     ]
-    for key, value in result.items():
-        if key != "skips by reason":
-            lines.append(f"| {key} | {value} | {'0' if key in MUST_BE_ZERO else ''} |")
+    for key, label in LABELS.items():
+        lines.append(f"| {label} | {result[key]} | {'0' if key in MUST_BE_ZERO else ''} |")
     lines += [
         "",
-        f"Skips by reason: {result['skips by reason'] or 'none'}",
+        f"Skips by reason: {result['skips_by_reason'] or 'none'}",
         "",
         "Faults injected:",
         "",
     ]
-    lines += [f"- t+{at:.0f} s: {what}" for at, what in faults]
+    lines += [f"- t+{fault.at:.0f} s: {fault.what}" for fault in faults]
     return "\n".join(lines) + "\n"
 
 
@@ -329,8 +353,8 @@ async def main_async(args: argparse.Namespace) -> int:
             await asyncio.sleep(args.fault_every)
             fault = FAULTS[index % len(FAULTS)]
             index += 1
-            what = await asyncio.to_thread(inject, fault, cluster, replicas)
-            seen.faults.append((time.time() - start, what))
+            applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
+            seen.faults.append(Fault(time.time() - start, fault, applied, what))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         # Let the operator settle: catch-ups within the deadline, then a clean status everywhere.
         await asyncio.sleep(DEADLINE / 2)
@@ -348,19 +372,26 @@ async def main_async(args: argparse.Namespace) -> int:
         await api.close()
     text = report(result, args, seen.faults)
     print(text)
-    save(text, Path(args.out))
     failed = [key for key in MUST_BE_ZERO if result[key]]
+    record = {
+        "settings": settings(args),
+        "audit": result,
+        "must_be_zero": list(MUST_BE_ZERO),
+        "failed": failed,
+        "faults": [asdict(fault) for fault in seen.faults],
+    }
+    save(text, record, Path(args.out))
     if failed:
         print(f"FAILED: {', '.join(failed)}")
         return 1
     return 0
 
 
-def save(text: str, out: Path) -> None:
+def save(text: str, record: dict[str, Any], out: Path) -> None:
+    """Replace the previous run's results: git keeps the history."""
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"chaos-{stamp}.md").write_text(text)
     (out / "chaos-latest.md").write_text(text)
+    (out / "chaos-latest.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
 def main() -> None:

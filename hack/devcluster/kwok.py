@@ -1,0 +1,69 @@
+"""kwok: plays one fake node, whose pods run and end as their annotations say (kwok-stages.yaml).
+
+It works against any cluster, ours or kind's; nothing here depends on how the API was started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from devcluster.processes import Started, start_component
+
+NAME = "kwok"
+STAGES = Path(__file__).with_name("kwok-stages.yaml")
+NODE_NAME = "kwok-node-0"
+NODE_SELECTOR_LABEL = ("type", "kwok")
+
+
+def start(bins: Path, kubeconfig: Path, log_dir: Path, port: int) -> Started:
+    """Start kwok as the client of `kubeconfig`; the URL is its own server (health, metrics)."""
+    command = [
+        str(bins / NAME),
+        f"--kubeconfig={kubeconfig}",
+        f"--config={STAGES}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--node-lease-duration-seconds=40",
+        f"--server-address=127.0.0.1:{port}",
+        "--cidr=10.244.0.0/16",
+        "--node-ip=127.0.0.1",
+    ]
+    return start_component(NAME, command, log_dir, f"http://127.0.0.1:{port}")
+
+
+def fake_node() -> dict[str, Any]:
+    """One fake node, untainted, labelled type=kwok so test pods can select it on kind too."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE_NAME,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": NODE_NAME,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                NODE_SELECTOR_LABEL[0]: NODE_SELECTOR_LABEL[1],
+            },
+        },
+    }
+
+
+def kwok_pod_template(duration: str = "0s", result: str = "Succeeded") -> dict[str, Any]:
+    """A Job's pod template for the fake node: kwok runs the pod for `duration`, then ends it as
+    `result` says. The node selector keeps such pods off real kubelets (on kind)."""
+    return {
+        "metadata": {
+            "annotations": {
+                "kwok.cronlease.io/duration": duration,
+                "kwok.cronlease.io/result": result,
+            }
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {NODE_SELECTOR_LABEL[0]: NODE_SELECTOR_LABEL[1]},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "main", "image": "noop"}],
+        },
+    }
