@@ -148,9 +148,88 @@ def reasons(kube: Kube, namespace: str, name: str) -> set[str]:
     return {event["reason"] for event in events_of(kube, namespace, name)}
 
 
-def scheduled_at(job: dict[str, Any]) -> datetime:
-    text = job["metadata"]["annotations"]["cronlease.io/scheduled-at"]
+def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def scheduled_at(job: dict[str, Any]) -> datetime:
+    return parse_time(job["metadata"]["annotations"]["cronlease.io/scheduled-at"])
+
+
+def creation_time(obj: Any) -> datetime:
+    return parse_time(obj["metadata"]["creationTimestamp"])
+
+
+class Watch:
+    """`kubectl get <kind> --watch` in a subprocess, writing to a file: every state of the selected
+    objects in the order the API server stored them (a consistent list, then the watch from its
+    resourceVersion), so a test judges what happened after the fact instead of by polling."""
+
+    def __init__(self, kube: Kube, kind: str, namespace: str, *selector: str) -> None:
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        command = [kube.binary, "--kubeconfig", str(kube.kubeconfig), "get", kind]
+        command += ["-n", namespace, *(["-l", ",".join(selector)] if selector else [])]
+        self._process = subprocess.Popen(
+            [*command, "--watch", "--output-watch-events", "-o", "json"],
+            stdout=self._output,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "KUBECTL_KUBERC": "false"},
+        )
+        self._events: list[dict[str, Any]] | None = None
+
+    def events(self) -> list[dict[str, Any]]:
+        """The watch events so far ({"type": ADDED/MODIFIED/DELETED, "object": ...}), in order."""
+        if self._events is not None:
+            return self._events
+        self._output.seek(0)
+        text = self._output.read().decode(errors="replace")
+        decoder, position, events = json.JSONDecoder(), 0, []
+        while True:
+            while position < len(text) and text[position].isspace():
+                position += 1
+            if position >= len(text):
+                break
+            try:
+                event, position = decoder.raw_decode(text, position)
+            except json.JSONDecodeError:
+                break  # the document kubectl is still writing
+            events.append(event)
+        return events
+
+    def stop(self) -> list[dict[str, Any]]:
+        if self._events is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+            self._events = self.events()
+            self._output.close()
+        return self._events
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def states(events: list[dict[str, Any]]) -> list[dict[str, dict[str, Any]]]:
+    """The objects present after each watch event, by name: the history the events replay."""
+    present: dict[str, dict[str, Any]] = {}
+    history = []
+    for event in events:
+        obj = event.get("object") or {}
+        name = obj.get("metadata", {}).get("name")
+        if event.get("type") == "DELETED":
+            present.pop(name, None)
+        elif event.get("type") in ("ADDED", "MODIFIED"):
+            present[name] = obj
+        history.append(dict(present))
+    return history
+
+
+def finished(history: list[dict[str, dict[str, Any]]]) -> list[str]:
+    """Names of the Jobs finished in the last state of a replayed watch (see states())."""
+    present = history[-1] if history else {}
+    return [name for name, job in present.items() if not is_active(job)]
 
 
 def wait_until(instant: datetime) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,17 +17,33 @@ from devcluster.replica import OperatorProcess
 from kube import (
     LABEL,
     Kube,
+    Watch,
     condition,
+    creation_time,
     events_of,
+    finished,
     is_active,
     jobs_of,
+    parse_time,
     reasons,
     scheduled_at,
     scheduledjob,
+    states,
     status_of,
     wait_for,
     wait_until,
 )
+
+
+def even_seconds(after: datetime, until: datetime) -> list[datetime]:
+    """The slots of "*/2 * * * * *" in (after, until]."""
+    first = int(after.timestamp()) // 2 * 2 + 2
+    return [datetime.fromtimestamp(t, UTC) for t in range(first, int(until.timestamp()) + 1, 2)]
+
+
+def format_slot(slot: datetime) -> str:
+    return slot.strftime("%H:%M:%S")
+
 
 # --- runs on schedule, exactly once per slot ---------------------------------------------------
 
@@ -102,19 +117,37 @@ def test_allow_runs_overlapping_jobs(kube: Kube, namespace: str, operator: Opera
 def test_forbid_skips_and_records_slots_while_a_job_is_active(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
-    kube.apply(
-        scheduledjob(
-            "forbid", namespace, duration="7s", schedule="*/2 * * * * *", concurrencyPolicy="Forbid"
+    """No two Jobs are ever active at once, judged on every state the API server stored (a watch,
+    replayed in order after the fact, not kubectl polls that can fall between an overlap), and
+    every slot until processedUntil either ran or was recorded as skipped."""
+    with Watch(kube, "jobs", namespace, f"{LABEL}=forbid") as watch:
+        kube.apply(
+            scheduledjob(
+                "forbid",
+                namespace,
+                duration="7s",
+                schedule="*/2 * * * * *",
+                concurrencyPolicy="Forbid",
+                successfulJobsHistoryLimit=10,
+            )
         )
-    )
-    deadline = time.monotonic() + 16
-    while time.monotonic() < deadline:
-        active = [j for j in jobs_of(kube, namespace, "forbid") if is_active(j)]
-        assert len(active) <= 1, [j["metadata"]["name"] for j in active]
+        # 3 runs of 7 s back to back, each slot meanwhile skipped: about 24 s.
+        wait_for(lambda: len(finished(states(watch.events()))) >= 3, 45, "3 Jobs to finish")
+    history = states(watch.stop())
+    for index, present in enumerate(history):
+        active = sorted(name for name, job in present.items() if is_active(job))
+        assert len(active) <= 1, f"event {index}: Jobs active at once: {active}"
+    assert len(history[-1]) >= 3
+
     status = status_of(kube, namespace, "forbid")
-    assert status["slotsSkipped"].get("ConcurrencyForbid", 0) >= 2
-    assert status["runsCreated"] >= 2
+    assert status["slotsSkipped"].get("ConcurrencyForbid", 0) >= 2, status["slotsSkipped"]
     assert "SkippedConcurrencyForbid" in reasons(kube, namespace, "forbid")
+    created = creation_time(kube.get("scheduledjob", "forbid", namespace))
+    processed = parse_time(status["processedUntil"])
+    ran = [j for j in jobs_of(kube, namespace, "forbid") if scheduled_at(j) <= processed]
+    assert status["runsCreated"] == len(ran)
+    slots = even_seconds(created, processed)
+    assert len(slots) == len(ran) + sum(status.get("slotsSkipped", {}).values()), (slots, status)
 
 
 def test_replace_deletes_the_active_job_and_starts_a_new_one(
@@ -178,9 +211,31 @@ def test_deadline_skip_after_operator_downtime_is_recorded(
 def test_deadline_zero_runs_on_time_slots(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
-    """CronJob with startingDeadlineSeconds: 0 never runs; ours runs every on-time slot."""
-    kube.apply(scheduledjob("zero", namespace, schedule="*/2 * * * * *", startingDeadlineSeconds=0))
-    wait_for(lambda: len(jobs_of(kube, namespace, "zero")) >= 3, 20, "3 on-time runs")
+    """CronJob with startingDeadlineSeconds: 0 never runs; ours runs every on-time slot: one Job
+    for each slot from the first after creation on, none skipped while the operator runs."""
+    kube.apply(
+        scheduledjob(
+            "zero",
+            namespace,
+            schedule="*/2 * * * * *",
+            startingDeadlineSeconds=0,
+            successfulJobsHistoryLimit=50,
+        )
+    )
+    wait_for(lambda: len(jobs_of(kube, namespace, "zero")) >= 6, 30, "6 on-time runs")
+    status = status_of(kube, namespace, "zero")
+    jobs = jobs_of(kube, namespace, "zero")  # after the status: every Job it counts is here
+
+    slots = sorted(scheduled_at(job) for job in jobs)
+    assert len(set(slots)) == len(slots), f"two Jobs for one slot: {slots}"
+    for job in jobs:
+        assert job["metadata"]["name"] == f"zero-{int(scheduled_at(job).timestamp())}"
+    created = creation_time(kube.get("scheduledjob", "zero", namespace))
+    # Consecutive slots of the schedule, from the first one after creation: no gap.
+    assert slots == even_seconds(created, slots[-1]), [format_slot(slot) for slot in slots]
+    assert not status.get("slotsSkipped"), status.get("slotsSkipped")
+    processed = parse_time(status["processedUntil"])
+    assert status["runsCreated"] == len([slot for slot in slots if slot <= processed])
 
 
 def test_suspend_skips_and_records_and_resume_runs_nothing_retroactively(

@@ -43,7 +43,6 @@ from cronlease.naming import TRIGGER_MANUAL, TRIGGER_SCHEDULE, format_time, manu
 from cronlease.reconcile import (
     MAX_CATCH_UP_RUNS,
     MAX_ENUMERATED_SLOTS,
-    ON_TIME_TOLERANCE,
     RECENT_RUNS,
     Decision,
     PlannedDeletion,
@@ -322,6 +321,7 @@ DAILY = "0 9 * * *"
         pytest.param(0, 0.0, True, id="0-on-the-dot"),
         pytest.param(0, 0.5, True, id="0-half-second-late"),
         pytest.param(0, 1.0, True, id="0-at-tolerance"),
+        pytest.param(0, 1.000001, False, id="0-a-microsecond-past-tolerance"),
         pytest.param(0, 1.001, False, id="0-past-tolerance"),
         pytest.param(0, 5.0, False, id="0-five-seconds-late"),
         pytest.param(30, 20.0, True, id="30-twenty-seconds-late"),
@@ -349,10 +349,6 @@ def test_starting_deadline(deadline: int | None, late_by: float, runs: bool) -> 
         assert decision.skips[0].latest == slot
         assert event_reasons(decision) == ["SkippedDeadlineExceeded"]
         assert decision.status["slotsSkipped"] == {DEADLINE: 1}
-
-
-def test_on_time_tolerance_is_one_second() -> None:
-    assert timedelta(seconds=1) == ON_TIME_TOLERANCE
 
 
 # --- 6. suspend ----------------------------------------------------------------------------------
