@@ -1,52 +1,84 @@
-"""An HTTP proxy in front of the real API server that fails chosen requests, for fault tests.
+"""An HTTP proxy in front of the real API server that fails or delays chosen requests, for fault
+tests.
 
     python -m devcluster.faultproxy --kubeconfig ADMIN --listen 127.0.0.1:PORT --rules RULES.json
 
 Clients talk plain HTTP to the proxy with their own bearer token; the proxy forwards over TLS to
-the server in ADMIN's kubeconfig. A rule matches a method and a path pattern, and acts on every
-`every`-th matching request:
+the server in ADMIN's kubeconfig. A rule matches a method, a path pattern and a query pattern, and
+acts on every `every`-th matching request:
   reject  answer `status` without forwarding (the write never happened);
-  lose    forward, then answer 500 (the write happened, its response is lost).
-Watches and other responses stream through untouched. GET /__faults returns the counters.
+  lose    forward, then answer 500 (the write happened, its response is lost);
+  delay   hold the request `seconds`, then forward it: the server (and its admission) sees it
+          only then, as if the client had been paused between deciding and sending.
+Watches and other responses stream through untouched. GET /__faults returns each rule's counters:
+how many requests it saw and acted on, how many it holds now, and the server's answers (status
+code: count) to the requests it forwarded. `FaultProxy` runs the proxy as a process for tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
+import os
 import re
 import ssl
-from dataclasses import dataclass, field
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 from aiohttp import ClientSession, TCPConnector, web
 
+from devcluster.processes import free_port
+
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+
+
+Action = Literal["reject", "lose", "delay"]
 
 
 @dataclass
 class Rule:
     method: str
     path: str  # a regular expression, searched in the request path
-    action: str  # "reject" or "lose"
-    every: int
-    status: int = 500
-    seen: int = 0
-    fired: int = 0
-    _pattern: re.Pattern[str] = field(init=False, repr=False)
+    action: Action
+    every: int = 1
+    status: int = 500  # reject: the status answered
+    seconds: float = 0.0  # delay: how long a request is held before it is forwarded
+    query: str = ""  # a regular expression, searched in the query string ("" matches all)
+    seen: int = field(default=0, init=False)
+    fired: int = field(default=0, init=False)
+    held: int = field(default=0, init=False)
+    answers: dict[str, int] = field(default_factory=dict, init=False)
+    _path: re.Pattern[str] = field(init=False, repr=False)
+    _query: re.Pattern[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._pattern = re.compile(self.path)
+        if self.action not in get_args(Action):
+            raise ValueError(f"unknown action {self.action!r}")
+        if self.action == "delay" and self.seconds <= 0:
+            raise ValueError("a delay rule needs seconds > 0")
+        self._path, self._query = re.compile(self.path), re.compile(self.query)
+
+    def spec(self) -> dict[str, Any]:
+        """The rule as the proxy's --rules file holds it (no counters)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
     def report(self) -> dict[str, Any]:
         return {"method": self.method, "path": self.path, "action": self.action,
-                "seen": self.seen, "fired": self.fired}  # fmt: skip
+                "seen": self.seen, "fired": self.fired, "held": self.held,
+                "answers": self.answers}  # fmt: skip
 
-    def fires(self, method: str, path: str) -> bool:
-        if method != self.method or not self._pattern.search(path):
+    def fires(self, method: str, path: str, query: str) -> bool:
+        if method != self.method or not self._path.search(path) or not self._query.search(query):
             return False
         self.seen += 1
         if self.seen % self.every:
@@ -73,9 +105,17 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
         if "client" not in session:
             session["client"] = ClientSession(connector=TCPConnector(ssl=tls, limit=200))
         body = await request.read()
-        rule = next((r for r in rules if r.fires(request.method, request.path)), None)
+        rule = next(
+            (r for r in rules if r.fires(request.method, request.path, request.query_string)), None
+        )
         if rule is not None and rule.action == "reject":
             return _status(rule.status, "injected fault: rejected before reaching the server")
+        if rule is not None and rule.action == "delay":
+            rule.held += 1
+            try:
+                await asyncio.sleep(rule.seconds)
+            finally:
+                rule.held -= 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         async with session["client"].request(
             request.method,
@@ -84,7 +124,10 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
             data=body or None,
             timeout=None,
         ) as upstream_response:
-            if rule is not None:  # "lose": the server did it; the client never hears
+            if rule is not None:
+                answer = str(upstream_response.status)
+                rule.answers[answer] = rule.answers.get(answer, 0) + 1
+            if rule is not None and rule.action == "lose":  # the server did it; nobody hears
                 await upstream_response.read()
                 return _status(500, "injected fault: the response was lost")
             response = web.StreamResponse(status=upstream_response.status)
@@ -97,7 +140,12 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
             await response.write_eof()
             return response
 
+    async def close(_: web.Application) -> None:
+        if "client" in session:
+            await session["client"].close()
+
     app = web.Application(client_max_size=32 * 1024 * 1024)
+    app.on_cleanup.append(close)
     app.router.add_get("/__faults", faults)
     app.router.add_route("*", "/{tail:.*}", proxy)
     return app
@@ -115,6 +163,66 @@ def _status(code: int, message: str) -> web.Response:
     }
     headers = {"Retry-After": "1"} if code == 429 else {}
     return web.json_response(body, status=code, headers=headers)
+
+
+@dataclass
+class FaultProxy:
+    """A running proxy: `kubeconfig` is the client's, pointed at it; `faults()` its counters."""
+
+    url: str
+    kubeconfig: Path
+
+    def faults(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.url}/__faults", timeout=5) as response:
+            result: list[dict[str, Any]] = json.load(response)
+            return result
+
+
+@contextmanager
+def running(
+    upstream: Path, client: Path, rules: Sequence[Rule], work_dir: Path, timeout: float = 15
+) -> Iterator[FaultProxy]:
+    """The proxy as a process in front of the server in `upstream` (a kubeconfig), for as long as
+    the block runs; clients use a copy of the `client` kubeconfig (its own credentials) that
+    points at the proxy. Its rules, log and that kubeconfig are written to `work_dir`."""
+    rules_file = work_dir / "faultproxy-rules.json"
+    rules_file.write_text(json.dumps([rule.spec() for rule in rules]))
+    port = free_port()
+    proxy = FaultProxy(f"http://127.0.0.1:{port}", work_dir / "faultproxy-kubeconfig")
+    config = yaml.safe_load(client.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"] = {"server": proxy.url}
+    proxy.kubeconfig.write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "devcluster.faultproxy", "--rules", str(rules_file)]
+    command += ["--kubeconfig", str(upstream), "--listen", f"127.0.0.1:{port}"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with (work_dir / "faultproxy.log").open("ab") as log:
+        process = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        _wait_answering(proxy, process, timeout)
+        yield proxy
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_answering(proxy: FaultProxy, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the fault proxy exited at start (code {process.returncode})")
+        try:
+            proxy.faults()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the fault proxy did not answer within {timeout} s")
 
 
 def main() -> None:

@@ -4,87 +4,47 @@ none runs twice, and the status record still counts each run once."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from devcluster.processes import free_port
-from devcluster.replica import REPO, OperatorProcess
+from devcluster import faultproxy
+from devcluster.faultproxy import FaultProxy, Rule
+from devcluster.replica import OperatorProcess
 from kube import Kube, jobs_of, scheduled_at, scheduledjob, status_of, wait_for
 
 JOBS = r"/apis/batch/v1/namespaces/[^/]+/jobs$"
 STATUS = r"/scheduledjobs/[^/]+/status$"
 RULES = [
-    {"method": "POST", "path": JOBS, "action": "reject", "every": 3, "status": 500},
-    {"method": "POST", "path": JOBS, "action": "reject", "every": 4, "status": 429},
-    {"method": "POST", "path": JOBS, "action": "lose", "every": 3},
-    {"method": "PATCH", "path": STATUS, "action": "reject", "every": 3, "status": 409},
-    {"method": "PATCH", "path": STATUS, "action": "reject", "every": 4, "status": 503},
-    {"method": "PATCH", "path": STATUS, "action": "lose", "every": 3},
+    Rule("POST", JOBS, "reject", every=3, status=500),
+    Rule("POST", JOBS, "reject", every=4, status=429),
+    Rule("POST", JOBS, "lose", every=3),
+    Rule("PATCH", STATUS, "reject", every=3, status=409),
+    Rule("PATCH", STATUS, "reject", every=4, status=503),
+    Rule("PATCH", STATUS, "lose", every=3),
 ]
 
 
-def faults(url: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/__faults", timeout=5) as response:
-        result: list[dict[str, Any]] = json.load(response)
-        return result
-
-
 @pytest.fixture
-def faulty_kubeconfig(
-    k8s_cluster: Any, operator_kubeconfig: Path, tmp_path: Path
-) -> Iterator[tuple[Path, str]]:
+def proxy(k8s_cluster: Any, operator_kubeconfig: Path, tmp_path: Path) -> Iterator[FaultProxy]:
     """The operator's own credentials, pointed at a fault-injecting proxy in front of the server."""
-    rules = tmp_path / "rules.json"
-    rules.write_text(json.dumps(RULES))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "devcluster.faultproxy", "--rules", str(rules)]
-    command += ["--kubeconfig", str(k8s_cluster.kubeconfig), "--listen", f"127.0.0.1:{port}"]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "hack")}
-    with (tmp_path / "proxy.log").open("wb") as log:
-        proxy = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    wait_for(lambda: _answers(url), 15, "the fault proxy")
-    config = yaml.safe_load(operator_kubeconfig.read_text())
-    for cluster in config["clusters"]:
-        cluster["cluster"] = {"server": url}
-    path = tmp_path / "faulty-kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    yield path, url
-    proxy.terminate()
-    try:
-        proxy.wait(10)
-    except subprocess.TimeoutExpired:
-        proxy.kill()
-        proxy.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        faults(url)
-    except OSError:
-        return False
-    return True
+    with faultproxy.running(
+        Path(k8s_cluster.kubeconfig), operator_kubeconfig, RULES, tmp_path
+    ) as running:
+        yield running
 
 
 def test_write_errors_are_retried_without_losing_or_doubling_a_slot(
     kube: Kube,
     namespace: str,
     operator_process: OperatorProcess,
-    faulty_kubeconfig: tuple[Path, str],
+    proxy: FaultProxy,
     tmp_path: Path,
 ) -> None:
     operator_process.stop()
-    kubeconfig, url = faulty_kubeconfig
-    faulty = OperatorProcess(kubeconfig, tmp_path, "faulty")
+    faulty = OperatorProcess(proxy.kubeconfig, tmp_path, "faulty")
     faulty.start()
     try:
         kube.apply(
@@ -94,7 +54,7 @@ def test_write_errors_are_retried_without_losing_or_doubling_a_slot(
             )
         )  # fmt: skip
         wait_for(
-            lambda: all(rule["fired"] for rule in faults(url)), 60, "every kind of fault to fire"
+            lambda: all(rule["fired"] for rule in proxy.faults()), 60, "every kind of fault to fire"
         )
         kube.run(
             "patch",

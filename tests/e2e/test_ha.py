@@ -7,11 +7,14 @@ import json
 import signal
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devcluster import faultproxy
+from devcluster.faultproxy import Rule
 from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
 from kube import (
     Kube,
@@ -61,22 +64,36 @@ def wait_for_runs_by(leader: OperatorProcess, kube: Kube, namespace: str) -> Non
     )
 
 
+def metric(replica: OperatorProcess, name: str) -> float:
+    """One unlabelled sample from the replica's /metrics (0 if absent)."""
+    for line in replica.metrics().splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return 0.0
+
+
 @pytest.fixture
-def replicas(
-    operator_process: OperatorProcess, k8s_cluster: Any, tmp_path: Path
-) -> Iterator[list[OperatorProcess]]:
-    """Three replicas competing for the Lease (the session's operator is stopped meanwhile)."""
+def started(operator_process: OperatorProcess) -> Iterator[list[OperatorProcess]]:
+    """Replicas a test starts and appends here (the session's operator is stopped meanwhile);
+    afterwards each is resumed if paused, and stopped."""
     operator_process.stop()
-    started = [
-        OperatorProcess(Path(k8s_cluster.kubeconfig), tmp_path, f"replica-{i}") for i in range(3)
-    ]
-    for replica in started:
-        replica.start()
-    yield started
-    for replica in started:
+    processes: list[OperatorProcess] = []
+    yield processes
+    for replica in processes:
         if replica.process is not None:
             replica.send(signal.SIGCONT)
         replica.stop()
+
+
+@pytest.fixture
+def replicas(
+    started: list[OperatorProcess], k8s_cluster: Any, tmp_path: Path
+) -> list[OperatorProcess]:
+    """Three replicas competing for the Lease."""
+    for i in range(3):
+        started.append(OperatorProcess(Path(k8s_cluster.kubeconfig), tmp_path, f"replica-{i}"))
+        started[-1].start()
+    return started
 
 
 def test_one_writer_failover_and_no_slot_lost_or_doubled(
@@ -137,56 +154,96 @@ def test_one_writer_failover_and_no_slot_lost_or_doubled(
     print(f"\nfailover: SIGKILL {crash:.2f} s, SIGTERM {graceful:.2f} s")
 
 
+# The stale leader's Job creates (not its dry-run template checks) are held in the fault proxy for
+# longer than a takeover takes: SIGSTOP at the hold, lease expiry, the standby's acquisition.
+HELD_CREATE = Rule(
+    "POST",
+    r"/apis/batch/v1/namespaces/[^/]+/jobs$",
+    "delay",
+    query=r"^(?!.*dryRun)",
+    seconds=3 * ELECTION["lease_duration"],
+)
+
+
 def test_stale_leader_writes_are_refused_by_the_api_server(
     kube: Kube,
     namespace: str,
-    replicas: list[OperatorProcess],
-    tmp_path: Path,
+    started: list[OperatorProcess],
+    k8s_cluster: Any,
     operator_kubeconfig: Path,
+    tmp_path: Path,
 ) -> None:
-    # Replace the first replica by one that pauses between its leadership check and its create,
-    # the window in which a GC pause or SIGSTOP makes a leader stale without knowing it.
-    for replica in replicas:
-        replica.stop()
-    stale = OperatorProcess(operator_kubeconfig, tmp_path, "stale")
-    stale.start("--test-hold-before-create=8")
-    replicas.append(stale)
-    wait_for(
-        lambda: holder(kube) == stale.identity(),
-        3 * ELECTION["lease_duration"],
-        "the stale one to lead",
-    )
-    standby = replicas[1]
-    standby.start()
-    old_token = int(lease(kube).get("leaseTransitions") or 0)
+    # A leader whose create, sent while it led, reaches the API server only after it was paused
+    # past its lease and another replica took over: the window in which a GC pause, SIGSTOP or a
+    # slow network makes a leader stale without knowing it. Only the server's fence can stop it.
+    with faultproxy.running(
+        Path(k8s_cluster.kubeconfig), operator_kubeconfig, [HELD_CREATE], tmp_path
+    ) as proxy:
+        stale = OperatorProcess(proxy.kubeconfig, tmp_path, "stale")
+        started.append(stale)
+        stale.start()
+        wait_for(
+            lambda: holder(kube) == stale.identity(),
+            3 * ELECTION["lease_duration"],
+            "the stale one to lead",
+        )
+        standby = OperatorProcess(operator_kubeconfig, tmp_path, "standby")
+        started.append(standby)
+        standby.start()
+        old_token = int(lease(kube).get("leaseTransitions") or 0)
+        rejected_before = metric(stale, "cronlease_fenced_writes_rejected_total")
 
-    kube.apply(
-        scheduledjob("fenced", namespace, schedule="*/2 * * * * *", startingDeadlineSeconds=30)
-    )
-    wait_for(
-        lambda: "test hook: holding Job" in stale.log(), 10, "the leader to be about to create"
-    )
-    stale.send(signal.SIGSTOP)  # paused longer than its lease
-    wait_for(
-        lambda: holder(kube) == standby.identity(), 3 * ELECTION["lease_duration"], "a takeover"
-    )
-    assert int(lease(kube)["leaseTransitions"]) == old_token + 1
-    stale.send(signal.SIGCONT)  # it wakes up and sends the create it was about to make
+        kube.apply(
+            scheduledjob(
+                "fenced",
+                namespace,
+                schedule="*/2 * * * * *",
+                startingDeadlineSeconds=30,
+                successfulJobsHistoryLimit=100,  # every Job stays, to be audited
+            )
+        )
+        wait_for(lambda: proxy.faults()[0]["held"], 15, "the leader's first create to be held")
+        stale.send(signal.SIGSTOP)  # paused longer than its lease, its create on the way
+        paused_at = datetime.now(UTC)
+        wait_for(
+            lambda: holder(kube) == standby.identity(),
+            3 * ELECTION["lease_duration"],
+            "a takeover",
+        )
+        token = int(lease(kube)["leaseTransitions"])
+        assert token == old_token + 1
+        assert proxy.faults()[0]["answers"] == {}, "the held create arrived before the takeover"
 
-    wait_for(
-        lambda: "write refused by the fencing policy" in stale.log(), 15, "the API server's refusal"
-    )
-    wait_for(lambda: "stopped leading" in stale.log(), 10, "the stale leader to step down")
-    admitted = [
-        j for j in jobs_of(kube, namespace, "fenced")
+        # The held create reaches the API server now, with the old leader's token.
+        answers = wait_for(
+            lambda: proxy.faults()[0]["answers"], HELD_CREATE.seconds + 5, "the create to arrive"
+        )
+        assert answers == {"403": 1}, f"the stale create was not refused by the fence: {answers}"
+        stale.send(signal.SIGCONT)  # it wakes up to the refusal and steps down
+        wait_for(
+            lambda: metric(stale, "cronlease_fenced_writes_rejected_total") > rejected_before,
+            15,
+            "the stale replica to count the refusal",
+        )
+        wait_for(lambda: metric(stale, "cronlease_leader") == 0.0, 15, "the stale one to step down")
+        assert holder(kube) == standby.identity()
+
+        # The new leader runs the slots, the one the stale leader tried among them, each once.
+        wait_for(
+            lambda: len(jobs_of(kube, namespace, "fenced")) >= 3, 15, "runs under the new leader"
+        )
+        stale.stop()  # before its proxy goes
+    jobs = jobs_of(kube, namespace, "fenced")
+    stale_jobs = [
+        j["metadata"]["name"] for j in jobs
         if j["metadata"]["annotations"]["cronlease.io/leader"] == stale.identity()
+        or int(j["metadata"]["annotations"]["cronlease.io/fencing-token"]) < token
     ]  # fmt: skip
-    assert admitted == [], "a Job from the stale leader was admitted"
-    assert "cronlease_fenced_writes_rejected_total 0.0" not in stale.metrics()
-    # The new leader runs the slots, each once.
-    wait_for(lambda: len(jobs_of(kube, namespace, "fenced")) >= 2, 15, "runs under the new leader")
-    slots = [scheduled_at(j) for j in jobs_of(kube, namespace, "fenced")]
-    assert len(slots) == len(set(slots))
+    assert stale_jobs == [], "Jobs from the stale leader were admitted"
+    slots = sorted(int(scheduled_at(j).timestamp()) for j in jobs)
+    assert len(slots) == len(set(slots)), "a slot ran twice"
+    assert sorted(set(range(slots[0], slots[-1] + 1, 2)) - set(slots)) == [], "a slot was lost"
+    assert slots[0] <= paused_at.timestamp(), "the slot whose create was refused was never run"
 
 
 def test_hand_made_job_with_a_stale_token_is_refused(kube: Kube, namespace: str, crd: str) -> None:
