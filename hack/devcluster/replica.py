@@ -11,16 +11,22 @@ import time
 import urllib.request
 from pathlib import Path
 
+from cronlease.leadership import ElectionConfig
 from devcluster.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = "cronlease"  # the Helm release; also the chart's ServiceAccount name
 OPERATOR_NAMESPACE = "cronlease-system"
 LEASE = "cronlease-leader"
-# Short leases keep failover tests fast; the ratios are the production defaults' (15/10/2 s).
+# Short leases keep failover tests fast; the ratios are roughly the production defaults'.
 ELECTION = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
 # What a user runs (the operator's defaults): benchmarks measure these, not the tests' short leases.
-PRODUCTION_ELECTION = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}
+_DEFAULTS = ElectionConfig(namespace=OPERATOR_NAMESPACE)
+PRODUCTION_ELECTION = {
+    "lease_duration": _DEFAULTS.lease_duration,
+    "renew_deadline": _DEFAULTS.renew_deadline,
+    "retry_period": _DEFAULTS.retry_period,
+}
 
 
 class OperatorProcess:
