@@ -203,9 +203,12 @@ class KubeApi:
         body: Any = None,
         query: Query | None = None,
         content_type: str = "application/json",
+        request_timeout: float = 30,
     ) -> dict[str, Any]:
         """Any call by path, for the tools (bench, chaos) that need more than the operator."""
-        return await self.transport.request(method, path, body, query, content_type)
+        return await self.transport.request(
+            method, path, body, query, content_type, request_timeout
+        )
 
     # Collections: listing in pages and watching
 
