@@ -293,13 +293,7 @@ def _admit(
     spec: Spec, owned: Sequence[JobInfo], decision: Decision, slot: datetime, trigger: str
 ) -> bool:
     """Apply the concurrency policy to one run, on the live model of Jobs (not on status)."""
-    active = [
-        job
-        for job in owned
-        if job.state is JobState.ACTIVE
-        and not job.deleting
-        and not _planned_deletion(decision, job)
-    ]
+    active = _live(owned, decision, JobState.ACTIVE)
     if not active:
         return True
     if spec.concurrency_policy is ConcurrencyPolicy.FORBID:
@@ -317,8 +311,12 @@ def _admit(
     return True
 
 
-def _planned_deletion(decision: Decision, job: JobInfo) -> bool:
-    return any(deletion.uid == job.uid for deletion in decision.deletions)
+def _live(owned: Sequence[JobInfo], decision: Decision, state: JobState) -> list[JobInfo]:
+    """The owned Jobs in `state` that stay: neither being deleted nor planned for deletion."""
+    doomed = {deletion.uid for deletion in decision.deletions}
+    return [
+        job for job in owned if job.state is state and not job.deleting and job.uid not in doomed
+    ]
 
 
 def _skip(decision: Decision, reason: SkipReason, count: int, latest: datetime) -> None:
@@ -362,11 +360,7 @@ def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decisi
         JobState.FAILED: spec.failed_jobs_history_limit,
     }
     for state, limit in limits.items():
-        finished = [
-            job
-            for job in owned
-            if job.state is state and not job.deleting and not _planned_deletion(decision, job)
-        ]
+        finished = _live(owned, decision, state)
         finished.sort(key=lambda job: (job.history_time or _THE_BEGINNING, job.name))
         excess = finished[: max(0, len(finished) - limit)]
         decision.deletions += [PlannedDeletion(job.name, job.uid, "HistoryLimit") for job in excess]
@@ -381,13 +375,8 @@ def _write_status(
     now: datetime,
     decision: Decision,
 ) -> None:
-    deleted = {deletion.uid for deletion in decision.deletions}
     active = sorted(
-        [
-            job.name
-            for job in owned
-            if job.state is JobState.ACTIVE and not job.deleting and job.uid not in deleted
-        ]
+        [job.name for job in _live(owned, decision, JobState.ACTIVE)]
         + [run.job_name for run in decision.runs]
     )
     # Refs carry no uid: a planned run has none yet, and adding it later would cost a write.
