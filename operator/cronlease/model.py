@@ -183,18 +183,18 @@ class Model:
 
     # Tombstones
 
-    def _bury(self, kind: str, obj: dict[str, Any]) -> None:
+    def _bury(self, collection: str, obj: dict[str, Any]) -> None:
         version = obj["metadata"].get("resourceVersion", "")
         if version.isdigit():
-            self._tombstones[(kind, key_of(obj))] = int(version)
+            self._tombstones[(collection, key_of(obj))] = int(version)
 
-    def _buried(self, kind: str, obj: dict[str, Any]) -> bool:
+    def _buried(self, collection: str, obj: dict[str, Any]) -> bool:
         """True for a copy no newer than a deletion already seen (a late LIST item)."""
-        death = self._tombstones.get((kind, key_of(obj)))
+        death = self._tombstones.get((collection, key_of(obj)))
         version = obj["metadata"].get("resourceVersion", "")
         if death is None or not version.isdigit():
             return False
         if int(version) > death:
-            del self._tombstones[(kind, key_of(obj))]  # recreated under the same name
+            del self._tombstones[(collection, key_of(obj))]  # recreated under the same name
             return False
         return True

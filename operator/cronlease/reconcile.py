@@ -106,11 +106,21 @@ class PlannedRun:
     run_now_token: str | None = None
 
 
+class DeletionReason(enum.StrEnum):
+    REPLACE = "Replace"
+    HISTORY_LIMIT = "HistoryLimit"
+
+
+class EventType(enum.StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
 @dataclass(frozen=True)
 class PlannedDeletion:
     job_name: str
     uid: str
-    reason: str  # "Replace" or "HistoryLimit"
+    reason: DeletionReason
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,7 @@ class SkippedSlots:
 
 @dataclass(frozen=True)
 class EventRecord:
-    type: str  # "Normal" or "Warning"
+    type: EventType
     reason: str
     message: str
 
@@ -178,7 +188,7 @@ def _invalid(sj: ScheduledJobView, message: str, now: datetime) -> Decision:
     status.update(conditions=conditions, observedGeneration=sj.generation, observedSchedule=INVALID)
     decision = Decision(status=status)
     if previous is None or previous.get("status") != "True" or previous.get("message") != message:
-        decision.events.append(EventRecord("Warning", "InvalidSpec", message))
+        decision.events.append(EventRecord(EventType.WARNING, "InvalidSpec", message))
     return decision
 
 
@@ -200,7 +210,7 @@ def _cursor(
     if observed is not None:
         decision.events.append(
             EventRecord(
-                "Normal",
+                EventType.NORMAL,
                 "ScheduleChanged",
                 f"schedule is now {spec.schedule.expression if spec.schedule else ''!s} "
                 f"({spec.schedule.time_zone if spec.schedule else ''}); slots before "
@@ -300,14 +310,18 @@ def _admit(
         if trigger == TRIGGER_MANUAL:  # a refused request, not a slot: an Event, no counter
             decision.events.append(
                 EventRecord(
-                    "Warning", "RunNowForbidden", "run-now refused: a run is active (Forbid)"
+                    EventType.WARNING,
+                    "RunNowForbidden",
+                    "run-now refused: a run is active (Forbid)",
                 )
             )
         else:
             _skip(decision, SkipReason.CONCURRENCY_FORBID, 1, slot)
         return False
     if spec.concurrency_policy is ConcurrencyPolicy.REPLACE:
-        decision.deletions += [PlannedDeletion(job.name, job.uid, "Replace") for job in active]
+        decision.deletions += [
+            PlannedDeletion(job.name, job.uid, DeletionReason.REPLACE) for job in active
+        ]
     return True
 
 
@@ -323,7 +337,7 @@ def _skip(decision: Decision, reason: SkipReason, count: int, latest: datetime) 
     decision.skips.append(SkippedSlots(reason, count, latest))
     decision.events.append(
         EventRecord(
-            "Warning" if reason is not SkipReason.SUSPENDED else "Normal",
+            EventType.WARNING if reason is not SkipReason.SUSPENDED else EventType.NORMAL,
             f"Skipped{reason.value}",
             f"skipped {count} slot(s) ({reason.value}); latest {format_time(latest)}",
         )
@@ -363,7 +377,9 @@ def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decisi
         finished = _live(owned, decision, state)
         finished.sort(key=lambda job: (job.history_time or _THE_BEGINNING, job.name))
         excess = finished[: max(0, len(finished) - limit)]
-        decision.deletions += [PlannedDeletion(job.name, job.uid, "HistoryLimit") for job in excess]
+        decision.deletions += [
+            PlannedDeletion(job.name, job.uid, DeletionReason.HISTORY_LIMIT) for job in excess
+        ]
 
 
 def _write_status(
