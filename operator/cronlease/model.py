@@ -58,10 +58,10 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
 class StoredScheduledJob:
     """A ScheduledJob as compact JSON, decoded when a decision reads it.
 
-    Kept as parsed JSON, each one was a hundred small dicts and strings, about 8 KB, allocated
-    in the middle of the garbage of the response it came from; those pinned the allocator's
-    arenas after a LIST or a burst of status writes, and at 5,000 ScheduledJobs the operator
-    held twice what it used. One bytes object each is a fifth of the size and pins nothing.
+    Kept as parsed JSON, each one was about a hundred small dicts and strings, allocated in the
+    middle of the garbage of the response it came from; those pinned the allocator's arenas
+    after a LIST or a burst of status writes (docs/design-notes.md, item 12). One bytes object
+    each is far smaller and pins nothing.
     """
 
     version: str
