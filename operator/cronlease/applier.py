@@ -146,39 +146,48 @@ class Applier:
         bounded acting slots, so that at a burst decisions interleave with create responses."""
         sj = ScheduledJobView.from_object(obj)
         try:
-            with self._creations.creating():
-                async with self._act_pool:
-                    if not await self._template_accepted(sj, obj):
-                        return Applied(Outcome.DONE)  # the status write decides again
-                    decision = await decide(sj)
-                    for deletion in decision.deletions:
-                        await self._delete(sj, deletion)
-                    for run in decision.runs:
-                        await self._create(sj, run)
-            write = self._record(sj, obj, decision)
-            if write is not None:
-                await self._write_status(write)
-        except TemplateRefused as refused:
-            return await self._refused_template(sj, obj, str(refused))
+            try:
+                return await self._apply(sj, obj, decide)
+            except TemplateRefused as refused:
+                await self._record_refused_template(sj, obj, str(refused))
+                return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
         except NotLeading:
             return Applied(Outcome.NOT_LEADING)
         except Stale:
             return Applied(Outcome.STALE)
         except RetryLater as error:
             return Applied(Outcome.RETRY, error=str(error))
+
+    async def _apply(
+        self,
+        sj: ScheduledJobView,
+        obj: dict[str, Any],
+        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+    ) -> Applied:
+        with self._creations.creating():
+            async with self._act_pool:
+                await self._check_template(sj)
+                decision = await decide(sj)
+                for deletion in decision.deletions:
+                    await self._delete(sj, deletion)
+                for run in decision.runs:
+                    await self._create(sj, run)
+        write = self._record(sj, obj, decision)
+        if write is not None:
+            await self._write_status(write)
         wake_at = decision.wake_at.timestamp() if decision.wake_at else None
         return Applied(Outcome.DONE, wake_at)
 
     # The template
 
-    async def _template_accepted(self, sj: ScheduledJobView, obj: dict[str, Any]) -> bool:
+    async def _check_template(self, sj: ScheduledJobView) -> None:
         """Once per generation (and replica), a dry-run create of the template: a typo is then
         reported at once as InvalidSpec, not at the first slot, which may be hours away."""
         refused = sj.status.get("templateError") or {}
         if self._checked_generation.get(sj.uid) == sj.generation or (
             refused.get("generation") == sj.generation
         ):
-            return True
+            return
         run = PlannedRun(f"{sj.name}-check", datetime.now(UTC), TRIGGER_SCHEDULE)
         self._check_leading()
         try:
@@ -189,25 +198,16 @@ class Applier:
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
         self._checked_generation[sj.uid] = sj.generation
-        return True
 
-    async def _refused_template(
+    async def _record_refused_template(
         self, sj: ScheduledJobView, obj: dict[str, Any], message: str
-    ) -> Applied:
+    ) -> None:
         """Recorded for this generation; the next decision reports InvalidSpec and stops. Not
         held back for creations: this one is among them, and a refusal is one write."""
         refused = {"generation": sj.generation, "message": message}
         write = self._status_write(obj, {**obj.get("status", {}), "templateError": refused})
-        try:
-            if write is not None:
-                await self._write_status(write, creations_first=False)
-        except NotLeading:
-            return Applied(Outcome.NOT_LEADING)
-        except Stale:
-            return Applied(Outcome.STALE)
-        except RetryLater as error:
-            return Applied(Outcome.RETRY, error=str(error))
-        return Applied(Outcome.DONE)
+        if write is not None:
+            await self._write_status(write, creations_first=False)
 
     # Writes
 

@@ -10,7 +10,7 @@ from cronlease.naming import format_time
 
 def set_condition(
     conditions: list[dict[str, Any]],
-    kind: str,
+    condition_type: str,
     status: str,
     reason: str,
     message: str,
@@ -20,11 +20,11 @@ def set_condition(
     """Insert or update a condition in place; lastTransitionTime moves only when status changes,
     so that a reconcile that changes nothing writes an identical status (and no write at all)."""
     for index, existing in enumerate(conditions):
-        if existing.get("type") != kind:
+        if existing.get("type") != condition_type:
             continue
         changed = existing.get("status") != status
         conditions[index] = {
-            "type": kind,
+            "type": condition_type,
             "status": status,
             "observedGeneration": generation,
             "lastTransitionTime": format_time(now) if changed else existing["lastTransitionTime"],
@@ -34,7 +34,7 @@ def set_condition(
         return
     conditions.append(
         {
-            "type": kind,
+            "type": condition_type,
             "status": status,
             "observedGeneration": generation,
             "lastTransitionTime": format_time(now),

@@ -118,8 +118,8 @@ class Schedule:
 
         Every ScheduledJob with this schedule shares this object, and at a slot they all ask
         at nearly the same instant. No slot lies between an instant asked and its answer, so
-        the last answer serves any instant in [asked, answer): at 1,000 due at once, that was
-        a third of the decisions' CPU saved."""
+        the last answer serves any instant in [asked, answer) (what it saves at a burst:
+        bench/results/latest.md)."""
         instant = _as_utc(instant)
         last: tuple[datetime, datetime | None] | None = self.__dict__.get("_last_next_after")
         if last is not None and last[1] is not None and last[0] <= instant < last[1]:

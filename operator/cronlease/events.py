@@ -17,7 +17,7 @@ COMPONENT = "cronlease"
 
 
 def event_body(
-    sj: ObjectRef, kind: str, reason: str, message: str, instance: str
+    sj: ObjectRef, event_type: str, reason: str, message: str, instance: str
 ) -> dict[str, Any]:
     now = format_time(datetime.now(UTC))
     return {
@@ -31,7 +31,7 @@ def event_body(
             "namespace": sj.namespace,
             "uid": sj.uid,
         },
-        "type": kind,
+        "type": event_type,
         "reason": reason,
         "message": message[:1024],
         "source": {"component": COMPONENT},
@@ -44,11 +44,11 @@ def event_body(
 
 
 async def post_event(
-    api: KubeApi, sj: ObjectRef, kind: str, reason: str, message: str, instance: str
+    api: KubeApi, sj: ObjectRef, event_type: str, reason: str, message: str, instance: str
 ) -> None:
     """Best effort: an Event that cannot be posted is logged, never fatal to a decision."""
     log.log(
-        logging.WARNING if kind == "Warning" else logging.INFO,
+        logging.WARNING if event_type == "Warning" else logging.INFO,
         "%s/%s %s: %s",
         sj.namespace,
         sj.name,
@@ -56,6 +56,6 @@ async def post_event(
         message,
     )
     try:
-        await api.create_event(event_body(sj, kind, reason, message, instance))
+        await api.create_event(event_body(sj, event_type, reason, message, instance))
     except (ApiError, OSError) as error:
         log.warning("could not post event %s on %s/%s: %s", reason, sj.namespace, sj.name, error)

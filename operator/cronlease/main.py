@@ -156,8 +156,8 @@ async def run(args: argparse.Namespace) -> None:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.watching.chunk_size = LIST_PAGE  # a page at a time, as our own listings
-        # A per-object worker holds its last event until it exits; the default 5 s, at a listing
-        # of 5,000, kept them all alive at once (events for one ScheduledJob are rare).
+        # A per-object worker holds its last event until it exits; with the default 5 s a large
+        # listing kept them all alive at once (events for one ScheduledJob are rare).
         settings.queueing.idle_timeout = 0.5
         settings.networking.error_backoffs = [backoff.WATCH.delay(n) for n in range(1, 6)]
         settings.persistence.diffbase_storage = NoDiffBase()

@@ -19,7 +19,9 @@ job_results = Counter(
     f"{PREFIX}_job_results_total", "Finished runs, by result (Succeeded, Failed).", ["result"]
 )
 reconcile_errors = Counter(
-    f"{PREFIX}_reconcile_errors_total", "Failed API calls while applying decisions.", ["operation"]
+    f"{PREFIX}_reconcile_errors_total",
+    "Failed API calls (create, delete, status) and broken watches (watch), by operation.",
+    ["operation"],
 )
 scheduledjobs = Gauge(f"{PREFIX}_scheduledjobs", "ScheduledJobs in the live model.")
 leader = Gauge(f"{PREFIX}_leader", "1 while this replica holds the Lease, else 0.")

@@ -58,10 +58,10 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
 class StoredScheduledJob:
     """A ScheduledJob as compact JSON, decoded when a decision reads it.
 
-    Kept as parsed JSON, each one was a hundred small dicts and strings, about 8 KB, allocated
-    in the middle of the garbage of the response it came from; those pinned the allocator's
-    arenas after a LIST or a burst of status writes, and at 5,000 ScheduledJobs the operator
-    held twice what it used. One bytes object each is a fifth of the size and pins nothing.
+    Kept as parsed JSON, each one was about a hundred small dicts and strings, allocated in the
+    middle of the garbage of the response it came from; those pinned the allocator's arenas
+    after a LIST or a burst of status writes (docs/design-notes.md, item 12). One bytes object
+    each is far smaller and pins nothing.
     """
 
     version: str
@@ -183,18 +183,18 @@ class Model:
 
     # Tombstones
 
-    def _bury(self, kind: str, obj: dict[str, Any]) -> None:
+    def _bury(self, collection: str, obj: dict[str, Any]) -> None:
         version = obj["metadata"].get("resourceVersion", "")
         if version.isdigit():
-            self._tombstones[(kind, key_of(obj))] = int(version)
+            self._tombstones[(collection, key_of(obj))] = int(version)
 
-    def _buried(self, kind: str, obj: dict[str, Any]) -> bool:
+    def _buried(self, collection: str, obj: dict[str, Any]) -> bool:
         """True for a copy no newer than a deletion already seen (a late LIST item)."""
-        death = self._tombstones.get((kind, key_of(obj)))
+        death = self._tombstones.get((collection, key_of(obj)))
         version = obj["metadata"].get("resourceVersion", "")
         if death is None or not version.isdigit():
             return False
         if int(version) > death:
-            del self._tombstones[(kind, key_of(obj))]  # recreated under the same name
+            del self._tombstones[(collection, key_of(obj))]  # recreated under the same name
             return False
         return True

@@ -106,11 +106,21 @@ class PlannedRun:
     run_now_token: str | None = None
 
 
+class DeletionReason(enum.StrEnum):
+    REPLACE = "Replace"
+    HISTORY_LIMIT = "HistoryLimit"
+
+
+class EventType(enum.StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
 @dataclass(frozen=True)
 class PlannedDeletion:
     job_name: str
     uid: str
-    reason: str  # "Replace" or "HistoryLimit"
+    reason: DeletionReason
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,7 @@ class SkippedSlots:
 
 @dataclass(frozen=True)
 class EventRecord:
-    type: str  # "Normal" or "Warning"
+    type: EventType
     reason: str
     message: str
 
@@ -178,7 +188,7 @@ def _invalid(sj: ScheduledJobView, message: str, now: datetime) -> Decision:
     status.update(conditions=conditions, observedGeneration=sj.generation, observedSchedule=INVALID)
     decision = Decision(status=status)
     if previous is None or previous.get("status") != "True" or previous.get("message") != message:
-        decision.events.append(EventRecord("Warning", "InvalidSpec", message))
+        decision.events.append(EventRecord(EventType.WARNING, "InvalidSpec", message))
     return decision
 
 
@@ -200,7 +210,7 @@ def _cursor(
     if observed is not None:
         decision.events.append(
             EventRecord(
-                "Normal",
+                EventType.NORMAL,
                 "ScheduleChanged",
                 f"schedule is now {spec.schedule.expression if spec.schedule else ''!s} "
                 f"({spec.schedule.time_zone if spec.schedule else ''}); slots before "
@@ -293,39 +303,41 @@ def _admit(
     spec: Spec, owned: Sequence[JobInfo], decision: Decision, slot: datetime, trigger: str
 ) -> bool:
     """Apply the concurrency policy to one run, on the live model of Jobs (not on status)."""
-    active = [
-        job
-        for job in owned
-        if job.state is JobState.ACTIVE
-        and not job.deleting
-        and not _planned_deletion(decision, job)
-    ]
+    active = _live(owned, decision, JobState.ACTIVE)
     if not active:
         return True
     if spec.concurrency_policy is ConcurrencyPolicy.FORBID:
         if trigger == TRIGGER_MANUAL:  # a refused request, not a slot: an Event, no counter
             decision.events.append(
                 EventRecord(
-                    "Warning", "RunNowForbidden", "run-now refused: a run is active (Forbid)"
+                    EventType.WARNING,
+                    "RunNowForbidden",
+                    "run-now refused: a run is active (Forbid)",
                 )
             )
         else:
             _skip(decision, SkipReason.CONCURRENCY_FORBID, 1, slot)
         return False
     if spec.concurrency_policy is ConcurrencyPolicy.REPLACE:
-        decision.deletions += [PlannedDeletion(job.name, job.uid, "Replace") for job in active]
+        decision.deletions += [
+            PlannedDeletion(job.name, job.uid, DeletionReason.REPLACE) for job in active
+        ]
     return True
 
 
-def _planned_deletion(decision: Decision, job: JobInfo) -> bool:
-    return any(deletion.uid == job.uid for deletion in decision.deletions)
+def _live(owned: Sequence[JobInfo], decision: Decision, state: JobState) -> list[JobInfo]:
+    """The owned Jobs in `state` that stay: neither being deleted nor planned for deletion."""
+    doomed = {deletion.uid for deletion in decision.deletions}
+    return [
+        job for job in owned if job.state is state and not job.deleting and job.uid not in doomed
+    ]
 
 
 def _skip(decision: Decision, reason: SkipReason, count: int, latest: datetime) -> None:
     decision.skips.append(SkippedSlots(reason, count, latest))
     decision.events.append(
         EventRecord(
-            "Warning" if reason is not SkipReason.SUSPENDED else "Normal",
+            EventType.WARNING if reason is not SkipReason.SUSPENDED else EventType.NORMAL,
             f"Skipped{reason.value}",
             f"skipped {count} slot(s) ({reason.value}); latest {format_time(latest)}",
         )
@@ -362,14 +374,12 @@ def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decisi
         JobState.FAILED: spec.failed_jobs_history_limit,
     }
     for state, limit in limits.items():
-        finished = [
-            job
-            for job in owned
-            if job.state is state and not job.deleting and not _planned_deletion(decision, job)
-        ]
+        finished = _live(owned, decision, state)
         finished.sort(key=lambda job: (job.history_time or _THE_BEGINNING, job.name))
         excess = finished[: max(0, len(finished) - limit)]
-        decision.deletions += [PlannedDeletion(job.name, job.uid, "HistoryLimit") for job in excess]
+        decision.deletions += [
+            PlannedDeletion(job.name, job.uid, DeletionReason.HISTORY_LIMIT) for job in excess
+        ]
 
 
 def _write_status(
@@ -381,13 +391,8 @@ def _write_status(
     now: datetime,
     decision: Decision,
 ) -> None:
-    deleted = {deletion.uid for deletion in decision.deletions}
     active = sorted(
-        [
-            job.name
-            for job in owned
-            if job.state is JobState.ACTIVE and not job.deleting and job.uid not in deleted
-        ]
+        [job.name for job in _live(owned, decision, JobState.ACTIVE)]
         + [run.job_name for run in decision.runs]
     )
     # Refs carry no uid: a planned run has none yet, and adding it later would cost a write.
