@@ -30,9 +30,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from cronlease.kube import JOBS, ApiError, KubeApi, connect, resource_path
+from cronlease.kube import (
+    JOBS,
+    NAMESPACES,
+    SCHEDULEDJOBS,
+    ApiError,
+    KubeApi,
+    TransportError,
+    connect,
+    resource_path,
+)
 from cronlease.listwatch import ListWatch
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
 from devcluster import ensure_cluster
@@ -48,11 +55,8 @@ SAMPLE_PERIOD = 0.25
 NAMESPACE_GRACE = 180.0
 COLLECTION_DELETE_ATTEMPTS = 5
 # What creates Jobs, then the Jobs, deleted first at a phase's end (see delete_namespaces).
-FIRING = (
-    "/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs",
-    "/apis/batch/v1/namespaces/{namespace}/cronjobs",
-    "/apis/batch/v1/namespaces/{namespace}/jobs",
-)
+CRONJOBS = ("batch/v1", "cronjobs")
+FIRING = (SCHEDULEDJOBS, CRONJOBS, JOBS)
 REST_WINDOW = 8.0  # seconds of quiet measured just before each first slot
 
 
@@ -167,10 +171,12 @@ class JobWatcher:
         if self._task:
             self._task.cancel()
 
-    # The list-then-watch's observer: the listing is what existed before; only ADDED counts.
+    # The list-then-watch's observer: a Job's first sighting is its arrival.
 
     def listed_item(self, obj: dict[str, Any]) -> None:
-        pass
+        """After a 410, the new listing brings the Jobs created while no watch was open: late
+        arrivals (stamped now), not missing ones."""
+        self.changed("ADDED", obj)
 
     def listed(self, version: str) -> None:
         self._ready.set()
@@ -232,12 +238,12 @@ def scheduled(kind: str, name: str, namespace: str, run_id: str) -> dict[str, An
 
 async def create_namespace(api: KubeApi, name: str) -> None:
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    await api.request("POST", "/api/v1/namespaces", body)
+    await api.request("POST", resource_path(NAMESPACES), body)
 
 
 async def delete_namespace(api: KubeApi, name: str) -> None:
     try:
-        await api.request("DELETE", f"/api/v1/namespaces/{name}")
+        await api.request("DELETE", resource_path(NAMESPACES, name=name))
     except ApiError as error:
         if error.status != 404:
             raise
@@ -247,7 +253,7 @@ async def remove_leftovers(api: KubeApi) -> None:
     """An interrupted run leaves its objects firing every minute: they would skew this one."""
     names = [
         item["metadata"]["name"]
-        for item in (await api.request("GET", "/api/v1/namespaces"))["items"]
+        for item in (await api.request("GET", resource_path(NAMESPACES)))["items"]
         if item["metadata"]["name"].startswith("bench-")
     ]
     await delete_namespaces(api, names)
@@ -262,7 +268,7 @@ async def delete_collection(api: KubeApi, path: str) -> None:
                 "DELETE", path, {"propagationPolicy": "Background"}, request_timeout=90
             )
             return
-        except (aiohttp.ClientError, TimeoutError, ApiError) as error:
+        except (TransportError, ApiError) as error:
             if isinstance(error, ApiError) and error.status not in (429, 500, 503, 504):
                 raise
             print(f"  deleting {path}: {error!r}; again", flush=True)
@@ -276,13 +282,13 @@ async def delete_namespaces(api: KubeApi, names: list[str]) -> None:
     that fire go by one collection delete each, which the API server does itself, at once."""
     for name in names:
         for collection in FIRING:
-            await delete_collection(api, collection.format(namespace=name))
+            await delete_collection(api, resource_path(collection, name))
         await delete_namespace(api, name)
     deadline = time.monotonic() + NAMESPACE_GRACE
     while names and time.monotonic() < deadline:
         remaining = {
             item["metadata"]["name"]
-            for item in (await api.request("GET", "/api/v1/namespaces"))["items"]
+            for item in (await api.request("GET", resource_path(NAMESPACES)))["items"]
         }
         names = [name for name in names if name in remaining]
         await asyncio.sleep(1)
@@ -313,11 +319,7 @@ async def run_phase(
     namespace = f"bench-{controller}-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
     kind = "ScheduledJob" if controller == "cronlease" else "CronJob"
-    path = (
-        f"/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs"
-        if controller == "cronlease"
-        else f"/apis/batch/v1/namespaces/{namespace}/cronjobs"
-    )
+    path = resource_path(SCHEDULEDJOBS if controller == "cronlease" else CRONJOBS, namespace)
     created = time.time()
     await gather_bounded(
         (

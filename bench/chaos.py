@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from cronlease.cron import Schedule
-from cronlease.kube import JOBS, LEASES, KubeApi, connect, resource_path
+from cronlease.kube import JOBS, NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
 from cronlease.listwatch import ListWatch
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
+    ANNOTATION_SCHEDULED_AT,
     LABEL_SCHEDULEDJOB,
     parse_time,
 )
@@ -87,7 +88,7 @@ class Observations:
 def _seen(job: dict[str, Any]) -> Seen | None:
     metadata = job["metadata"]
     annotations = metadata.get("annotations") or {}
-    slot = parse_time(annotations.get("cronlease.io/scheduled-at"))
+    slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT))
     if slot is None:
         return None
     return Seen(
@@ -126,10 +127,9 @@ async def watch_jobs(api: KubeApi, namespace: str, seen: Observations) -> None:
 
 
 async def poll_lease(api: KubeApi, seen: Observations) -> None:
-    path = resource_path(LEASES, OPERATOR_NAMESPACE, LEASE)
     while True:
         try:
-            spec = (await api.request("GET", path)).get("spec") or {}
+            spec = ((await api.get_lease(OPERATOR_NAMESPACE, LEASE)) or {}).get("spec") or {}
             state = (spec.get("holderIdentity") or "", int(spec.get("leaseTransitions") or 0))
             if not seen.lease or seen.lease[-1][1:] != state:
                 seen.lease.append((time.time(), *state))
@@ -317,7 +317,7 @@ async def main_async(args: argparse.Namespace) -> int:
     api = connect(32)
     seen = Observations()
     namespace = f"chaos-{uuid.uuid4().hex[:6]}"
-    await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    await api.request("POST", resource_path(NAMESPACES), {"metadata": {"name": namespace}})
     replicas = Replicas(operator_config, work, args.replicas, seen)
     await asyncio.to_thread(replicas.start)
     tasks = [
@@ -328,7 +328,7 @@ async def main_async(args: argparse.Namespace) -> int:
     for i in range(args.scheduledjobs):
         await api.request(
             "POST",
-            f"/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs",
+            resource_path(SCHEDULEDJOBS, namespace),
             {
                 "apiVersion": "cronlease.io/v1alpha1",
                 "kind": "ScheduledJob",
@@ -359,9 +359,7 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         # Let the operator settle: catch-ups within the deadline, then a clean status everywhere.
         await asyncio.sleep(DEADLINE / 2)
-        listed = await api.request(
-            "GET", f"/apis/cronlease.io/v1alpha1/namespaces/{namespace}/scheduledjobs"
-        )
+        listed = await api.request("GET", resource_path(SCHEDULEDJOBS, namespace))
         await asyncio.sleep(2)  # Jobs whose creation preceded the status we just read
         result = audit(listed["items"], seen)
     finally:
@@ -369,7 +367,7 @@ async def main_async(args: argparse.Namespace) -> int:
             task.cancel()
         await asyncio.to_thread(replicas.stop)
         with contextlib.suppress(Exception):  # never hide the error that got us here
-            await api.request("DELETE", f"/api/v1/namespaces/{namespace}")
+            await api.request("DELETE", resource_path(NAMESPACES, name=namespace))
         await api.close()
     text = report(result, args, seen.faults)
     print(text)

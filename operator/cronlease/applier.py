@@ -23,7 +23,7 @@ from cronlease import backoff, metrics
 from cronlease.events import post_event
 from cronlease.jobinfo import job_info
 from cronlease.jobtemplate import build_job
-from cronlease.kube import ApiError, KubeApi
+from cronlease.kube import ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
 from cronlease.model import Model
 from cronlease.naming import TRIGGER_SCHEDULE
@@ -52,6 +52,9 @@ class Applied:
     outcome: Outcome
     wake_at: float | None = None  # DONE: epoch seconds of the next decision, if any
     error: str = ""  # RETRY: why
+    # RETRY: some of the decision's Jobs were created before a write failed (a later create, or
+    # the status write): progress, under a steady rate of faults, not a failing object.
+    progress: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,10 @@ class NotLeading(Exception):
 
 class RetryLater(Exception):
     """A write failed; the object is retried with backoff."""
+
+    def __init__(self, message: str, progress: bool = False) -> None:
+        super().__init__(message)
+        self.progress = progress
 
 
 class TemplateRefused(Exception):
@@ -146,16 +153,14 @@ class Applier:
         bounded acting slots, so that at a burst decisions interleave with create responses."""
         sj = ScheduledJobView.from_object(obj)
         try:
-            try:
-                return await self._apply(sj, obj, decide)
-            except TemplateRefused as refused:
-                await self._record_refused_template(sj, obj, str(refused))
-                return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
+            return await self._apply(sj, obj, decide)
         except NotLeading:
             return Applied(Outcome.NOT_LEADING)
         except Stale:
             return Applied(Outcome.STALE)
         except RetryLater as error:
+            return Applied(Outcome.RETRY, error=str(error), progress=error.progress)
+        except (ApiError, TransportError) as error:
             return Applied(Outcome.RETRY, error=str(error))
 
     async def _apply(
@@ -164,17 +169,27 @@ class Applier:
         obj: dict[str, Any],
         decide: Callable[[ScheduledJobView], Awaitable[Decision]],
     ) -> Applied:
-        with self._creations.creating():
-            async with self._act_pool:
-                await self._check_template(sj)
-                decision = await decide(sj)
-                for deletion in decision.deletions:
-                    await self._delete(sj, deletion)
-                for run in decision.runs:
-                    await self._create(sj, run)
-        write = self._record(sj, obj, decision)
-        if write is not None:
-            await self._write_status(write)
+        created = 0
+        try:
+            with self._creations.creating():
+                async with self._act_pool:
+                    await self._check_template(sj)
+                    decision = await decide(sj)
+                    for deletion in decision.deletions:
+                        await self._delete(sj, deletion)
+                    for run in decision.runs:
+                        await self._create(sj, run)
+                        created += 1
+            write = self._record(sj, obj, decision)
+            if write is not None:
+                await self._write_status(write)
+        except TemplateRefused as refused:
+            await self._record_refused_template(sj, obj, str(refused))
+            return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
+        except (RetryLater, ApiError, TransportError) as error:
+            if created:  # the next decision records those Jobs: progress, not a failing object
+                raise RetryLater(str(error), progress=True) from error
+            raise
         wake_at = decision.wake_at.timestamp() if decision.wake_at else None
         return Applied(Outcome.DONE, wake_at)
 
@@ -197,6 +212,7 @@ class Applier:
         except ApiError as error:
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
+            return  # no verdict (429, 5xx, the fence's cache): checked again next time
         self._checked_generation[sj.uid] = sj.generation
 
     async def _record_refused_template(
@@ -205,7 +221,7 @@ class Applier:
         """Recorded for this generation; the next decision reports InvalidSpec and stops. Not
         held back for creations: this one is among them, and a refusal is one write."""
         refused = {"generation": sj.generation, "message": message}
-        write = self._status_write(obj, {**obj.get("status", {}), "templateError": refused})
+        write = self._status_write(sj.ref, obj, {**obj.get("status", {}), "templateError": refused})
         if write is not None:
             await self._write_status(write, creations_first=False)
 
@@ -238,9 +254,10 @@ class Applier:
         try:
             await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid)
         except ApiError as error:
-            if error.status not in (404, 409):  # gone already, or a different Job now
-                metrics.reconcile_errors.labels("delete").inc()
-                raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
+            if error.status in (404, 409):  # gone already, or a different Job now
+                return
+            metrics.reconcile_errors.labels("delete").inc()
+            raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
         self._event(
             sj.ref,
             "Normal",
@@ -284,9 +301,11 @@ class Applier:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
         for event in decision.events:
             self._event(sj.ref, event.type, event.reason, event.message)
-        return self._status_write(obj, decision.status)
+        return self._status_write(sj.ref, obj, decision.status)
 
-    def _status_write(self, obj: dict[str, Any], status: dict[str, Any]) -> StatusWrite | None:
+    def _status_write(
+        self, ref: ObjectRef, obj: dict[str, Any], status: dict[str, Any]
+    ) -> StatusWrite | None:
         """The patch from the object's status to `status`, stamped; None if they are equal."""
         status = {
             **status,
@@ -298,7 +317,6 @@ class Applier:
             return None
         # A merge patch deletes a key only when told to with null.
         patch = {**{field: None for field in current if field not in status}, **status}
-        ref = ScheduledJobView.from_object(obj).ref
         return StatusWrite(ref, obj["metadata"]["resourceVersion"], patch)
 
     async def _write_status(self, write: StatusWrite, creations_first: bool = True) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cronlease import GROUP, KIND, VERSION
-from cronlease.kube import ApiError, KubeApi
+from cronlease.kube import ApiError, KubeApi, TransportError
 from cronlease.naming import format_time
 from cronlease.reconcile import ObjectRef
 
@@ -57,5 +57,5 @@ async def post_event(
     )
     try:
         await api.create_event(event_body(sj, event_type, reason, message, instance))
-    except (ApiError, OSError) as error:
+    except (ApiError, TransportError) as error:
         log.warning("could not post event %s on %s/%s: %s", reason, sj.namespace, sj.name, error)

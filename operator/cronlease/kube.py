@@ -48,6 +48,11 @@ class ApiError(Exception):
             return self.body
 
 
+class TransportError(Exception):
+    """The request's outcome is unknown: the connection failed or timed out, so the server may
+    or may not have acted (a lost response)."""
+
+
 def resource_path(
     resource: tuple[str, str], namespace: str = "", name: str = "", subresource: str = ""
 ) -> str:
@@ -144,10 +149,13 @@ class HttpTransport:
         request_timeout: float = 30,
     ) -> dict[str, Any]:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        async with await self._send(
-            method, path, query or [], headers, body, request_timeout
-        ) as response:
-            content = await response.read()
+        try:
+            async with await self._send(
+                method, path, query or [], headers, body, request_timeout
+            ) as response:
+                content = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise TransportError(f"{method} {path}: {error!r}") from error
         if not 200 <= response.status <= 299:
             raise ApiError(response.status, response.reason or "", content.decode(errors="replace"))
         result: dict[str, Any] = orjson.loads(content) if content else {}
@@ -192,23 +200,11 @@ class KubeApi:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
+        # Any call by path, for the tools (bench, chaos) that need more than the operator.
+        self.request = transport.request
 
     async def close(self) -> None:
         await self.transport.close()
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: Query | None = None,
-        content_type: str = "application/json",
-        request_timeout: float = 30,
-    ) -> dict[str, Any]:
-        """Any call by path, for the tools (bench, chaos) that need more than the operator."""
-        return await self.transport.request(
-            method, path, body, query, content_type, request_timeout
-        )
 
     # Collections: listing in pages and watching
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cronlease import metrics
-from cronlease.kube import ApiError, KubeApi
+from cronlease.kube import ApiError, KubeApi, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class SoleLeader:
         return not self._released.is_set()
 
     async def wait_leading(self) -> None:
+        if self._released.is_set():  # never again: a loop that waits must not spin
+            await asyncio.get_running_loop().create_future()
         await asyncio.sleep(0)
 
     async def verify(self) -> bool:
@@ -187,9 +189,9 @@ class LeaseElector:
             if lease is None or lease["spec"].get("holderIdentity") != self.identity:
                 return
             lease["spec"].update(holderIdentity="", leaseDurationSeconds=1)
-            await self._put(lease)
+            await self.api.replace_lease(lease)
             log.info("released lease %s", self.config.lease_name)
-        except (ApiError, OSError) as error:
+        except (ApiError, TransportError) as error:
             log.warning("could not release the Lease (a standby takes over at expiry): %s", error)
 
     async def tick(self) -> None:
@@ -224,7 +226,7 @@ class LeaseElector:
         if self._stopped:
             return  # shutting down: never take or renew the Lease now
         try:
-            await self._put(lease)
+            await self.api.replace_lease(lease)
         except ApiError as error:
             if error.status == 409:
                 self._poke.set()  # somebody else wrote: look again at once
@@ -278,6 +280,3 @@ class LeaseElector:
 
     async def _get(self) -> dict[str, Any] | None:
         return await self.api.get_lease(self.config.namespace, self.config.lease_name)
-
-    async def _put(self, lease: dict[str, Any]) -> None:
-        await self.api.replace_lease(lease)

@@ -19,7 +19,7 @@ from typing import Any, cast
 import kopf
 import prometheus_client
 
-from cronlease import backoff, handlers, metrics
+from cronlease import handlers, metrics
 from cronlease.jobinfo import job_info
 from cronlease.jobwatch import JobWatch
 from cronlease.kube import LIST_PAGE, KubeApi, connect, login
@@ -126,7 +126,7 @@ async def run(args: argparse.Namespace) -> None:
     lease_api = connect(4)
     leadership = leadership_from(args, lease_api, identity)
     wakeups: WakeupQueue[Key] = WakeupQueue()
-    model = Model(wakeups.notify, on_job_finished=_count_result)
+    model = Model(wakeups.changed, on_job_finished=_count_result, on_job_change=wakeups.notify)
     jobs_listed = asyncio.Event()
     scheduler = Scheduler(
         api, leadership, model, wakeups, jobs_listed, namespaces, args.max_concurrency
@@ -159,7 +159,7 @@ async def run(args: argparse.Namespace) -> None:
         # A per-object worker holds its last event until it exits; with the default 5 s a large
         # listing kept them all alive at once (events for one ScheduledJob are rare).
         settings.queueing.idle_timeout = 0.5
-        settings.networking.error_backoffs = [backoff.WATCH.delay(n) for n in range(1, 6)]
+        settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]  # kopf's own: its watches' retries
         settings.persistence.diffbase_storage = NoDiffBase()
 
     @kopf.on.cleanup(registry=registry)

@@ -97,8 +97,12 @@ class Model:
         self,
         on_change: Callable[[Key], None],
         on_job_finished: Callable[[dict[str, Any]], None] | None = None,
+        on_job_change: Callable[[Key], None] | None = None,
     ) -> None:
+        """`on_change(key)` when a ScheduledJob changes; `on_job_change(owner key)` when one of
+        its Jobs does (default: on_change); `on_job_finished(job)` when a Job finishes."""
         self._on_change = on_change
+        self._on_job_change = on_job_change or on_change
         self._on_job_finished = on_job_finished
         self._scheduledjobs: dict[Key, StoredScheduledJob] = {}
         self._jobs: dict[Key, StoredJob] = {}
@@ -179,7 +183,7 @@ class Model:
 
     def _notify_owner(self, stored: StoredJob) -> None:
         if stored.owner:
-            self._on_change(stored.owner)
+            self._on_job_change(stored.owner)
 
     # Tombstones
 

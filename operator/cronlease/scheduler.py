@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from datetime import UTC, datetime, timedelta
 
 from cronlease import backoff, metrics
@@ -27,8 +26,6 @@ log = logging.getLogger(__name__)
 
 # A cursor this far behind means a long catch-up, decided in a worker thread.
 LONG_CATCH_UP = timedelta(minutes=10)
-# Seeding retries: right after the CRD is installed the API server answers 429 for a while.
-SEEDING = backoff.Backoff(0.5, 10.0)
 
 
 class Scheduler:
@@ -81,7 +78,7 @@ class Scheduler:
                             self.model.upsert_scheduledjob(item)
                 break
             except Exception as error:  # 429 while the CRD settles, a dropped connection
-                delay = SEEDING.delay(attempt)
+                delay = backoff.SEEDING.delay(attempt)
                 log.warning("seeding the model: %s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
         self._seeded = True
@@ -102,7 +99,7 @@ class Scheduler:
             applied = await self._apply(key)
         except Exception as error:  # a bug must never stop the loop: back off, log it whole
             log.exception("%s/%s: reconcile failed", *key)
-            applied = Applied(Outcome.RETRY, error=str(error))
+            applied = Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
         finally:
             self._in_flight.discard(key)
         self._plan(key, applied)
@@ -124,16 +121,15 @@ class Scheduler:
     def _plan(self, key: Key, applied: Applied) -> None:
         """The next wake-up of `key`, from how its reconcile ended."""
         if applied.outcome is Outcome.RETRY:
-            # A change the failed attempt caused itself (its own Job, say) must not bring the
-            # retry forward: the backoff would never grow. The retry reads the model as it is.
-            self._rerun.discard(key)
-            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            failures = 0 if applied.progress else self._failures.get(key, 0)
+            failures = self._failures[key] = failures + 1
             delay = backoff.RECONCILE.delay(failures)
             log.warning("%s/%s: %s; retrying in %.0f s", *key, applied.error, delay)
-            self.wakeups.plan(key, time.time() + delay)
-        else:
+            # A floor: changes of its own Jobs (its own creations, among them) wait for it.
+            self.wakeups.back_off(key, delay)
+        elif applied.outcome is Outcome.DONE:
             self._failures.pop(key, None)
-        if applied.outcome is Outcome.NOT_LEADING:
+        elif applied.outcome is Outcome.NOT_LEADING:
             log.info("%s/%s: not leading any more; leaving it to the new leader", *key)
         if applied.outcome in (Outcome.STALE, Outcome.NOT_LEADING) or key in self._rerun:
             # STALE: the model holds the fresh copy now. NOT_LEADING: decided again if
@@ -144,7 +140,7 @@ class Scheduler:
             self.wakeups.notify(key, applied.wake_at)
 
     async def drain(self) -> None:
-        """Wait for the reconciles in flight and their Events (tests, and a graceful stop)."""
+        """Wait for the reconciles in flight and their Events (tests end with it)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.applier.drain()

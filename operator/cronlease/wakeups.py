@@ -1,8 +1,9 @@
 """When each ScheduledJob is next due: a heap of (instant, key), with capped sleeps.
 
 A leaf module. The scheduler plans a wake-up per ScheduledJob (its next slot, a retry, or now
-when the model changes); an earlier plan replaces a later one. Sleeps are capped so that a jump
-of the host clock is noticed within `cap` seconds.
+when the model changes); an earlier plan replaces a later one, except that a retry's backoff is
+a floor that only a change of the object itself lifts. Sleeps are capped so that a jump of the
+host clock is noticed within `cap` seconds.
 """
 
 from __future__ import annotations
@@ -24,19 +25,30 @@ class WakeupQueue(Generic[K]):
         self._clock = clock
         self._heap: list[tuple[float, int, K]] = []
         self._planned: dict[K, float] = {}
+        self._not_before: dict[K, float] = {}  # backoffs: no wake-up before these
         self._sequence = itertools.count()  # ties never compare keys
         self._changed = asyncio.Event()
 
     def notify(self, key: K, at: float | None = None) -> None:
-        """Wake `key` at `at` (epoch seconds), or now; an earlier plan wins."""
-        when = self._clock() if at is None else at
+        """Wake `key` at `at` (epoch seconds), or now; an earlier plan wins, but nothing wakes a
+        key before its backoff has passed (one of its Jobs changing must not cut a retry short)."""
+        when = max(self._clock() if at is None else at, self._not_before.get(key, 0.0))
         planned = self._planned.get(key)
-        if planned is not None and planned <= when:
-            return
-        self.plan(key, when)
+        if planned is None or when < planned:
+            self._plan(key, when)
 
-    def plan(self, key: K, when: float) -> None:
-        """Wake `key` at `when` and not before, whatever was planned (a backoff)."""
+    def changed(self, key: K) -> None:
+        """The object itself changed (a user's edit, say): wake it now, backoff or not."""
+        self._not_before.pop(key, None)
+        self.notify(key)
+
+    def back_off(self, key: K, delay: float) -> None:
+        """Wake `key` after `delay` seconds and not before, whatever was planned, unless the
+        object itself changes meanwhile."""
+        when = self._not_before[key] = self._clock() + delay
+        self._plan(key, when)
+
+    def _plan(self, key: K, when: float) -> None:
         self._planned[key] = when
         heapq.heappush(self._heap, (when, next(self._sequence), key))
         self._changed.set()
@@ -48,11 +60,9 @@ class WakeupQueue(Generic[K]):
             when, _, key = heapq.heappop(self._heap)
             if self._planned.get(key) == when:  # else superseded by an earlier plan
                 del self._planned[key]
+                self._not_before.pop(key, None)
                 due.append(key)
         return due
-
-    def planned(self, key: K) -> float | None:
-        return self._planned.get(key)
 
     async def wait(self) -> None:
         """Until the head is due, a new plan arrives, or `cap` seconds pass."""

@@ -7,10 +7,16 @@ It models what the shell relies on, and nothing else:
 - LIST in pages (limit/continue) with label selectors, and WATCH from a resourceVersion with
   bookmarks, a 410 ERROR event for a version compacted away, and streams the test can end;
 - faults by rule: an error status, a lost response (the server acted, the client sees an
-  error), latency; and a 401 for a rotated token when served over HTTP (`app`);
+  error), a request held until the test releases it; and a 401 for a rotated token when served
+  over HTTP (`app`);
 - the fencing policy: a labelled Job create or a ScheduledJob status write whose leader and
   token differ from the Lease's holder and leaseTransitions is refused as the real policy does.
-Every call is logged in `calls` as (method, path), for tests that want the exact conversation.
+Every call, watches included, is logged in `calls` as (method or WATCH, path), and its monotonic
+time at the same index of `call_times`, for tests that want the exact conversation.
+
+Where it is simpler than the real thing: a `continue` token is an offset, not a snapshot (pages
+shift under concurrent writes); a dry-run create validates nothing (a refused template is an
+injected fault); objects are deleted at once (no finalizers, no graceful deletion).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import orjson
 from aiohttp import web
 
 from cronlease.applier import FENCING_MESSAGE
-from cronlease.kube import ApiError, Query
+from cronlease.kube import ApiError, Query, TransportError
 from cronlease.naming import ANNOTATION_FENCING_TOKEN, ANNOTATION_LEADER, LABEL_SCHEDULEDJOB
 
 PATH = re.compile(
@@ -39,7 +45,7 @@ PATH = re.compile(
 FENCED = {("batch/v1", "jobs"), ("cronlease.io/v1alpha1", "scheduledjobs")}
 
 
-class ResponseLost(TimeoutError):
+class ResponseLost(TransportError):
     """The server acted, but the response never reached the client."""
 
 
@@ -49,7 +55,6 @@ class Fault:
     path: str  # a regular expression, searched in the request path
     status: int = 0  # answer with this error instead of acting
     lose: bool = False  # act, then lose the response
-    delay: float = 0.0  # wait this long before acting
     gate: asyncio.Event | None = None  # wait until this is set before acting
     times: int = 1  # how many matching requests it affects
     skip: int = 0  # how many matching requests pass untouched first
@@ -105,12 +110,10 @@ class FakeApiServer:
         self.history: list[tuple[int, tuple[str, str], str, bytes]] = []
         self.compacted = 0  # watches from a version below this get 410
         self.faults: list[Fault] = []
-        self.calls: list[tuple[str, str]] = []
-        self.call_times: list[float] = []  # monotonic, one per entry of `calls` but watches
-        self.watched_from: list[str] = []
-        self.held = (
-            0  # requests waiting at a `hold` gate  # the resourceVersion of each WATCH request
-        )
+        self.calls: list[tuple[str, str]] = []  # (method or WATCH, path)
+        self.call_times: list[float] = []  # monotonic, one per entry of `calls`
+        self.watched_from: list[str] = []  # the resourceVersion of each WATCH request
+        self.held = 0  # requests waiting at a `hold` gate
         self.fence: tuple[str, str] | None = None  # (namespace, name) of the fencing Lease
         self.tokens: set[str] | None = None  # bearer tokens `app` accepts (None: any)
         self._watches: list[_Watch] = []
@@ -124,9 +127,6 @@ class FakeApiServer:
 
     def lose(self, method: str, path: str, skip: int = 0, times: int = 1) -> None:
         self.faults.append(Fault(method, path, lose=True, skip=skip, times=times))
-
-    def delay(self, method: str, path: str, seconds: float, body: str = "") -> None:
-        self.faults.append(Fault(method, path, delay=seconds, body=body))
 
     def hold(self, method: str, path: str, gate: asyncio.Event, body: str = "") -> None:
         """Hold a matching request until `gate` is set: a slow request, under the test's control."""
@@ -201,8 +201,6 @@ class FakeApiServer:
             fault = None
         if fault is not None:
             fault.times -= 1
-            if fault.delay:
-                await asyncio.sleep(fault.delay)
             if fault.gate is not None:
                 self.held += 1
                 await fault.gate.wait()
@@ -217,6 +215,7 @@ class FakeApiServer:
 
     async def stream(self, path: str, query: Query, request_timeout: float) -> AsyncIterator[bytes]:
         self.calls.append(("WATCH", path))
+        self.call_times.append(time.monotonic())
         params = dict(query)
         self.watched_from.append(params.get("resourceVersion", ""))
         match = PATH.match(path)
@@ -299,11 +298,11 @@ class FakeApiServer:
         if method == "PUT":
             updated = {**body, "metadata": {**body["metadata"], **_server_fields(current)}}
         elif method == "PATCH" and sub == "status":
-            self._check_fence(resource, {**current, "status": body.get("status") or {}})
             updated = {
                 **current,
                 "status": merge_patch(current.get("status") or {}, body["status"]),
             }
+            self._check_fence(resource, updated)  # the policy sees the object as it would be
         elif method == "PATCH":
             updated = merge_patch(current, body)
             if updated.get("spec") != current.get("spec"):

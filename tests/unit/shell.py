@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
 
 from builders import CREATED, NAMESPACE, job_template
 from fakeapi import FakeApiServer
@@ -29,7 +29,15 @@ def scheduledjob(name: str, **spec: Any) -> dict[str, Any]:
         "apiVersion": "cronlease.io/v1alpha1",
         "kind": "ScheduledJob",
         "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {"schedule": EVERY_MINUTE, "jobTemplate": job_template(), **spec},
+        "spec": {
+            key: value
+            for key, value in {
+                "schedule": EVERY_MINUTE,
+                "jobTemplate": job_template(),
+                **spec,
+            }.items()
+            if value is not None  # None removes a field
+        },
     }
 
 
@@ -42,7 +50,10 @@ async def eventually(predicate: Callable[[], bool], deadline: float = 5.0) -> No
 
 
 class Shell:
-    """A model, a wake-up queue and an applier on one fake API server, deciding at `now`."""
+    """A model, a wake-up queue and an applier on one fake API server, deciding at `now`.
+    Every Shell made is drained when its test ends (conftest.py): no Event posting outlives it."""
+
+    made: ClassVar[list[Shell]] = []
 
     def __init__(
         self,
@@ -55,9 +66,10 @@ class Shell:
         self.api = KubeApi(self.server)
         self.leadership = leadership or SoleLeader("leader-a")
         self.wakeups: WakeupQueue[Key] = WakeupQueue()
-        self.model = Model(self.wakeups.notify)
+        self.model = Model(self.wakeups.changed, on_job_change=self.wakeups.notify)
         self.applier = Applier(self.api, self.leadership, self.model, patience=patience)
         self.now = now
+        Shell.made.append(self)
 
     def create(self, name: str, **spec: Any) -> dict[str, Any]:
         """A ScheduledJob applied by a user, and in the model as its watch would put it."""
@@ -87,7 +99,3 @@ class Shell:
     def job_watch(self) -> tuple[JobWatch, asyncio.Event]:
         listed = asyncio.Event()
         return JobWatch(self.api, self.model, (), listed), listed
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

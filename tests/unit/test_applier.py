@@ -4,10 +4,10 @@ API server says no, loses a response, or another leader has taken over."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from builders import NAMESPACE
-from fakeapi import ResponseLost
 from shell import SLOT, Shell, eventually
 
 from cronlease.applier import FENCING_MESSAGE, Outcome
@@ -37,8 +37,9 @@ async def test_a_lost_create_response_is_adopted_not_created_twice() -> None:
     shell = Shell()
     shell.create("report")
     shell.server.lose("POST", JOB_PATH, skip=1)  # the first POST is the template's dry run
-    with pytest.raises(ResponseLost):
-        await shell.apply("report")
+    lost = await shell.apply("report")
+    assert lost.outcome is Outcome.RETRY
+    assert "response lost" in lost.error
     applied = await shell.apply("report")  # the model never heard of the Job: 409, then adopted
     assert applied.outcome is Outcome.DONE
     assert len(shell.jobs()) == 1
@@ -125,7 +126,7 @@ async def test_a_fence_refusal_while_the_lease_is_still_ours_is_retried() -> Non
     """Right after a takeover the policy can read the previous Lease for a few milliseconds."""
     shell = Shell()
     elector = await elected(shell)
-    shell.applier.leadership = elector
+    shell.leadership = shell.applier.leadership = elector
     shell.create("report")
     shell.server.fail("POST", JOB_PATH, 403, f"{FENCING_MESSAGE} stale cache", skip=1)
     assert (await shell.apply("report")).outcome is Outcome.DONE
@@ -186,3 +187,17 @@ async def test_a_deleted_job_is_deleted_by_uid_only() -> None:
     shell.server.put({**job, "metadata": {**job["metadata"], "uid": "", "resourceVersion": ""}})
     await shell.apply("report")
     assert [j["metadata"]["name"] for j in shell.jobs()] == [JOB]
+
+
+@pytest.mark.parametrize(("failing", "progress"), [(1, False), (2, True)])
+async def test_a_catch_up_that_created_some_of_its_runs_made_progress(
+    failing: int, progress: bool
+) -> None:
+    """A catch-up of several runs under a steady rate of faults keeps its retries short."""
+    shell = Shell(now=SLOT + timedelta(minutes=1, seconds=0.25))
+    shell.create("report", startingDeadlineSeconds=300)  # both missed slots still run
+    shell.server.fail("POST", JOB_PATH, 500, skip=failing)  # skip the dry run, then creates
+    applied = await shell.apply("report")
+    assert applied.outcome is Outcome.RETRY
+    assert applied.progress is progress
+    assert len(shell.jobs()) == failing - 1

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fakeapi import FakeApiServer
 
-from cronlease.kube import LEASES, KubeApi
+from cronlease.kube import LEASES, ApiError, KubeApi
 from cronlease.leadership import ElectionConfig, LeaseElector
 
 NS, NAME = "cronlease-system", "cronlease-leader"
@@ -144,6 +144,8 @@ async def test_a_leader_stops_acting_at_its_renew_deadline_before_the_lease_can_
     await elector.tick()
     server.fail("GET", LEASE_PATH, 500, times=100)  # renewals fail from now on
     clock.now = 9.9
+    with pytest.raises(ApiError):
+        await elector.tick()
     assert elector.is_leading()
     clock.now = 10.0
     assert not elector.is_leading()  # 5 s before anyone else may take the Lease

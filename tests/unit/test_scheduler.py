@@ -6,14 +6,25 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from builders import NAMESPACE
 from fakeapi import FakeApiServer
 from shell import Shell, eventually
 
+from cronlease.jobinfo import job_info
+from cronlease.kube import JOBS, SCHEDULEDJOBS
+from cronlease.naming import format_time
 from cronlease.scheduler import Scheduler
 
 EVERY_SECOND = "* * * * * *"
+
+
+def scheduled_at(job: dict[str, Any]) -> datetime:
+    slot = job_info(job).slot
+    assert slot is not None
+    return slot
 
 
 @pytest.fixture
@@ -32,27 +43,49 @@ async def running() -> AsyncIterator[tuple[Shell, Scheduler]]:
 async def test_each_slot_gets_one_job_as_it_falls_due(running: tuple[Shell, Scheduler]) -> None:
     shell, _ = running
     shell.create("ticker", schedule=EVERY_SECOND)
-    await eventually(lambda: len(shell.jobs()) >= 2, deadline=5)
-    names = [job["metadata"]["name"] for job in shell.jobs()]
-    assert len(names) == len(set(names))
-    slots = sorted(int(name.rsplit("-", 1)[1]) for name in names)
+    await eventually(lambda: len(shell.jobs()) >= 2, deadline=20)
+    slots = sorted(int(scheduled_at(job).timestamp()) for job in shell.jobs())
+    assert len(slots) == len(set(slots)), "a slot has two Jobs"
     assert slots == list(range(slots[0], slots[0] + len(slots)))  # consecutive seconds, no gap
 
 
 async def test_a_failed_write_is_retried_after_a_growing_backoff(
     running: tuple[Shell, Scheduler],
 ) -> None:
+    """A one-off whose Job exists but whose status write keeps failing makes no progress: its
+    retries wait 1 s, then 2 s, and changes of its Job do not cut a wait short."""
     shell, _ = running
     shell.server.fail("PATCH", r"/status$", 500, times=1000)
-    shell.create("ticker", schedule=EVERY_SECOND)
+    shell.create("once", schedule=None, runAt=format_time(datetime.now(UTC)))
 
     def patch_times() -> list[float]:
         calls = zip(shell.server.calls, shell.server.call_times, strict=True)
         return [at for (method, _), at in calls if method == "PATCH"]
 
-    await eventually(lambda: len(patch_times()) >= 3, deadline=10)
+    await eventually(lambda: len(patch_times()) >= 2, deadline=20)
+    # The Job controller starts the Job: the model changes, and that must not bring the third
+    # attempt forward.
+    name = shell.jobs()[0]["metadata"]["name"]
+    shell.server.edit(*JOBS, NAMESPACE, name, {"status": {"startTime": "2026-01-05T09:00:00Z"}})
+    edited = shell.server.get(*JOBS, NAMESPACE, name)
+    assert edited is not None
+    shell.model.upsert_job(edited)
+    await eventually(lambda: len(patch_times()) >= 3, deadline=20)
     gaps = [later - earlier for earlier, later in itertools.pairwise(patch_times())]
-    # 1 s, then 2 s: each attempt creates a Job for the current slot, which changes the model,
-    # and that must not bring the retry forward.
-    assert gaps[0] >= 0.9
-    assert gaps[1] >= 1.8
+    assert gaps[0] >= 0.9  # 1 s (the first attempt created the Job: progress, so 1 s again)
+    assert gaps[1] >= 1.8  # then 2 s
+    assert len(shell.jobs()) == 1
+
+
+async def test_an_edit_of_the_scheduledjob_itself_ends_a_backoff(
+    running: tuple[Shell, Scheduler],
+) -> None:
+    shell, _ = running
+    shell.server.fail("PATCH", r"/status$", 500, times=3)  # backs off 1, 2, then 4 s
+    shell.create("once", schedule=None, runAt=format_time(datetime.now(UTC)))
+    await eventually(lambda: shell.server.faults[0].times == 0, deadline=20)  # 4 s from now on
+    shell.server.edit(*SCHEDULEDJOBS, NAMESPACE, "once", {"metadata": {"labels": {"a": "b"}}})
+    edited = shell.server.get(*SCHEDULEDJOBS, NAMESPACE, "once")
+    assert edited is not None
+    shell.model.upsert_scheduledjob(edited)  # as kopf's watch delivers it
+    await eventually(lambda: "processedUntil" in shell.status("once"), deadline=2)

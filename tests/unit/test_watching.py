@@ -43,7 +43,8 @@ async def watched() -> AsyncIterator[Shell]:
     shell.server.put(job("listed"))
     watch, listed = shell.job_watch()
     task = asyncio.create_task(watch.run())
-    await asyncio.wait_for(listed.wait(), 5)
+    async with asyncio.timeout(5):
+        await listed.wait()
     yield shell
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
