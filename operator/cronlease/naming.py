@@ -38,20 +38,41 @@ def manual_job_name(owner: str, token: str) -> str:
     return f"{owner}-m{digest}"
 
 
+# The finest precision the operator stores (format_time): every instant is cut to it when parsed,
+# so an instant compares equal to its own stored text (a runAt with microseconds would otherwise
+# never be covered by a processedUntil that keeps milliseconds, and would run again).
+PRECISION_MICROSECONDS = 1000
+
+
 def format_time(instant: datetime) -> str:
     """RFC 3339 in UTC with a Z, the form Kubernetes writes; sub-second slots keep milliseconds."""
-    instant = instant.astimezone(UTC)
+    instant = normalise(instant)
     text = f"{instant.year:04d}" + instant.strftime("-%m-%dT%H:%M:%S")  # %Y does not pad
     if instant.microsecond:
         return f"{text}.{instant.microsecond // 1000:03d}Z"
     return f"{text}Z"
 
 
-def parse_time(text: str | None) -> datetime | None:
-    """Parse an RFC 3339 timestamp as Kubernetes writes it; None for a missing value."""
-    if not text:
-        return None
+def normalise(instant: datetime) -> datetime:
+    """`instant` in UTC, cut to the precision the operator stores."""
+    instant = instant.astimezone(UTC)
+    return instant.replace(microsecond=instant.microsecond // PRECISION_MICROSECONDS * 1000)
+
+
+def parse_time_strictly(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp; ValueError (or OverflowError) if it is not one."""
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if parsed.tzinfo is None:  # never the host's zone: a time without an offset is UTC
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    return normalise(parsed)
+
+
+def parse_time(text: object) -> datetime | None:
+    """Parse a timestamp someone else may have written: None when it is missing or is not an
+    RFC 3339 time (a hand-edited annotation or status field), never an exception."""
+    if not text or not isinstance(text, str):
+        return None
+    try:
+        return parse_time_strictly(text)
+    except (ValueError, OverflowError):
+        return None

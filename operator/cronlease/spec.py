@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cronlease.cron import Schedule, ScheduleError
-from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time
+from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time_strictly
 
 RUN_AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_LATEST = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)
@@ -63,12 +63,12 @@ def parse_spec(name: str, raw: dict[str, Any]) -> Spec:
         except ScheduleError as error:
             raise SpecError(f"spec.{error}") from None
     else:
+        if not run_at_text:
+            raise SpecError("spec.runAt: must not be empty")
         try:
-            run_at = parse_time(str(run_at_text))
+            run_at = parse_time_strictly(str(run_at_text))
         except (ValueError, OverflowError):
             raise SpecError(f"spec.runAt: not an RFC 3339 time: {run_at_text!r}") from None
-        if run_at is None:
-            raise SpecError("spec.runAt: must not be empty")
         if not RUN_AT_EARLIEST <= run_at <= RUN_AT_LATEST:
             # Job names carry epoch seconds, 10 digits in this range (names stay <= 63).
             raise SpecError(

@@ -708,32 +708,33 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LAST_TEN_DIGIT_SECOND = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)
 RFC3339 = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?:Z|([+-])(\d\d):(\d\d))"
+    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:Z|([+-])(\d\d):(\d\d))"
 )
 
 
 @st.composite
 def rfc3339(draw: st.DrawFn, low: date, high: date) -> str:
     """An RFC 3339 date-time with an offset, as the CRD's `format: date-time` accepts it, often
-    with milliseconds (what status.processedUntil keeps; finer fractions: see the xfail below)."""
+    with a fraction of 1 to 9 digits (finer than the milliseconds the operator stores)."""
     day, clock = draw(st.dates(low, high)), draw(st.times())
     minutes = draw(st.integers(-(23 * 60 + 59), 23 * 60 + 59))
     sign, size = ("-" if minutes < 0 else "+"), abs(minutes)
     offset = f"{sign}{size // 60:02d}:{size % 60:02d}"
     if minutes == 0 and draw(st.booleans()):
         offset = "Z"
-    milliseconds = clock.microsecond // 1000
-    fraction = f".{milliseconds:03d}" if milliseconds else ""
+    digits = draw(st.integers(0, 9))
+    fraction = f".{draw(st.integers(0, 10**digits - 1)):0{digits}d}" if digits else ""
     return f"{day.year:04d}-{day.month:02d}-{day.day:02d}T{clock:%H:%M:%S}{fraction}{offset}"
 
 
 def instant_of(text: str) -> datetime | None:
-    """The UTC instant an RFC 3339 text names, by arithmetic on its fields (not the operator's
-    parser); None when it lies outside the years 1-9999 that a datetime can hold."""
+    """The UTC instant an RFC 3339 text names, cut to the milliseconds the operator stores, by
+    arithmetic on its fields (not the operator's parser); None when it lies outside the years
+    1-9999 that a datetime can hold."""
     match = RFC3339.fullmatch(text)
     assert match is not None, text
     year, month, day, hour, minute, second = (int(part) for part in match.group(1, 2, 3, 4, 5, 6))
-    micro = int((match.group(7) or "0").ljust(6, "0"))
+    micro = int((match.group(7) or "0")[:3].ljust(3, "0")) * 1000
     offset = timedelta(hours=int(match.group(9) or 0), minutes=int(match.group(10) or 0))
     wall = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
     try:
@@ -825,20 +826,30 @@ def test_decide_on_any_accepted_run_at_runs_it_once_or_refuses_it(run_at: str) -
     event(f"{len(runs)} run(s)")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processedUntil keeps milliseconds, so a runAt with microseconds is never processed: "
-    "each later decision records its Job again and counts it in runsCreated",
-)
 def test_a_run_at_with_microseconds_is_processed_once() -> None:
-    check_run_at("backup", "2026-01-05T08:00:00.123456Z")
+    """The first defect of issue 13: processedUntil kept milliseconds, so a runAt with finer
+    digits was never processed and its Job was recorded again at every decision."""
+    assert len(check_run_at("backup", "2026-01-05T08:00:00.123456789Z")) == 1
 
 
 @properties(100)
 @example(moment=datetime(999, 1, 1, tzinfo=UTC))
-@given(moment=st.datetimes(timezones=st.just(UTC)).map(lambda t: t.replace(microsecond=0)))
-def test_format_time_round_trips(moment: datetime) -> None:
-    assert parse_time(format_time(moment)) == moment
+@example(moment=datetime(2026, 1, 5, 8, 0, 0, 999999, tzinfo=UTC))
+@given(moment=st.datetimes(timezones=st.just(UTC)))
+def test_format_and_parse_agree_at_any_precision(moment: datetime) -> None:
+    """An instant, its stored text and that text parsed again are one instant, cut to ms."""
+    stored = parse_time(format_time(moment))
+    assert stored == parse_time(moment.isoformat())
+    assert stored == moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    assert format_time(stored) == format_time(moment)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "yesterday", "2026-13-01T00:00:00Z", "2026-01-01T25:00:00Z", 42, ["2026"], None],
+)
+def test_parse_time_of_hostile_text_is_none(text: object) -> None:
+    assert parse_time(text) is None
 
 
 @properties(100)
