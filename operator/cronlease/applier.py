@@ -1,5 +1,8 @@
 """Applies one decision to the API server: deletions, creations, status, Events, all fenced.
 
+Then it releases the slot-record finalizer of every Job whose run the status now records: from
+its creation until then, nothing can delete a Job whose slot could otherwise run again.
+
 `Applier.apply` is the one entry point. It returns an `Applied`: done (and when to wake next),
 stale (decide again at once), not leading, or retry later. Everything a write can meet is handled
 here: the fencing policy's refusals (retried while the Lease is still ours, else step down), a
@@ -21,13 +24,20 @@ from typing import Any, TypeVar
 
 from cronlease import backoff, metrics
 from cronlease.events import post_event
-from cronlease.jobinfo import job_info
+from cronlease.jobinfo import JobInfo, job_info
 from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
 from cronlease.model import Model
-from cronlease.naming import TRIGGER_SCHEDULE
-from cronlease.reconcile import Decision, ObjectRef, PlannedDeletion, PlannedRun, ScheduledJobView
+from cronlease.naming import FINALIZER_SLOT_RECORD, TRIGGER_SCHEDULE
+from cronlease.reconcile import (
+    Decision,
+    ObjectRef,
+    PlannedDeletion,
+    PlannedRelease,
+    PlannedRun,
+    ScheduledJobView,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -169,7 +179,7 @@ class Applier:
         obj: dict[str, Any],
         decide: Callable[[ScheduledJobView], Awaitable[Decision]],
     ) -> Applied:
-        created = 0
+        created: list[PlannedRelease] = []
         try:
             with self._creations.creating():
                 async with self._act_pool:
@@ -178,11 +188,14 @@ class Applier:
                     for deletion in decision.deletions:
                         await self._delete(sj, deletion)
                     for run in decision.runs:
-                        await self._create(sj, run)
-                        created += 1
+                        created.append(PlannedRelease(run.job_name, await self._create(sj, run)))
             write = self._record(sj, obj, decision)
             if write is not None:
                 await self._write_status(write)
+            # Recorded now: the runs created and the existing Jobs recorded by this decision.
+            recorded = [PlannedRelease(job.name, job.uid) for _, job in decision.recorded if job.held]
+            for release in [*decision.releases, *created, *recorded]:
+                await self._release(sj.namespace, release)
         except TemplateRefused as refused:
             await self._record_refused_template(sj, obj, str(refused))
             return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
@@ -265,14 +278,15 @@ class Applier:
             f"deleted Job {deletion.job_name} ({deletion.reason})",
         )
 
-    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> None:
+    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> str:
+        """Create the run's Job; its uid (of the Job an earlier attempt created, if adopted)."""
         self._check_leading()
         job = build_job(sj, run, self.leadership.identity, self.leadership.token)
         try:
             created = await self._fenced(lambda: self.api.create_job(job))
         except ApiError as error:
-            if error.status == 409 and await self._adopt_existing(sj, run):
-                return
+            if error.status == 409:
+                return await self._adopt_existing(sj, run)
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             metrics.reconcile_errors.labels("create").inc()
@@ -284,14 +298,48 @@ class Applier:
         if run.trigger == TRIGGER_SCHEDULE:
             metrics.schedule_lag.observe(max(lag, 0.0))
         self._event(sj.ref, "Normal", "SuccessfulCreate", f"created Job {run.job_name}")
+        return str(created["metadata"]["uid"])
 
-    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun) -> bool:
-        """AlreadyExists: ours (same owner uid) means an earlier attempt succeeded: done."""
+    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun) -> str:
+        """AlreadyExists: a Job the leader wrote for this run (an earlier attempt's) is adopted:
+        its uid. Anyone else's is not, whatever owner reference it carries."""
         existing = await self.api.get_job(sj.namespace, run.job_name)
-        if job_info(existing).owner_uid == sj.uid:
-            self.model.upsert_job(existing)
-            return True
-        return False
+        info = job_info(existing)
+        self.model.upsert_job(existing)
+        if info.trusted and info.owner_uid == sj.uid and info.slot == run.slot:
+            return info.uid
+        # Someone else's Job holds the name: decided again at once, the slot is a NameConflict.
+        self.model.name_taken(sj.namespace, sj.uid, info)
+        raise Stale()
+
+    # The slot-record finalizer
+
+    async def release(self, namespace: str, jobs: list[JobInfo]) -> Applied:
+        """Release the finalizer of Jobs whose ScheduledJob is gone: nothing can run them again,
+        and a namespace being deleted must not wait on us."""
+        try:
+            for job in jobs:
+                await self._release(namespace, PlannedRelease(job.name, job.uid))
+        except NotLeading:
+            return Applied(Outcome.NOT_LEADING)
+        except RetryLater as error:
+            return Applied(Outcome.RETRY, error=str(error))
+        return Applied(Outcome.DONE)
+
+    async def _release(self, namespace: str, release: PlannedRelease) -> None:
+        self._check_leading()
+        try:
+            async with self._status_pool:
+                await self.api.release_job(
+                    namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD
+                )
+        except ApiError as error:
+            if error.status in (404, 409, 422):  # gone, or another Job under that name now
+                return
+            metrics.reconcile_errors.labels("release").inc()
+            raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
+        except TransportError as error:
+            raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
 
     def _record(
         self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision

@@ -1,4 +1,10 @@
-"""What the core needs to know about one owned Job, read from its API object."""
+"""What the core needs to know about one owned Job, read from its API object.
+
+A Job is input someone else can write: a user may edit its annotations, labels and owner
+references, and a tenant may create one. Every field is parsed totally (a bad value reads as
+missing, never as an exception), and `trusted` says whether the Job carries everything the leader
+writes on the Jobs it creates: only such a Job is ever taken as a slot's run.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cronlease import GROUP, KIND
 from cronlease.naming import (
+    ANNOTATION_FENCING_TOKEN,
+    ANNOTATION_LEADER,
+    ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
+    FINALIZER_SLOT_RECORD,
+    LABEL_SCHEDULEDJOB,
+    TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
     parse_time,
 )
@@ -33,6 +46,10 @@ class JobInfo:
     finished_at: datetime | None
     state: JobState
     deleting: bool = False
+    namespace: str = ""
+    trusted: bool = True  # carries what the leader writes: owner, label, leader, token, slot
+    held: bool = False  # still carries the slot-record finalizer
+    run_now_token: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -44,16 +61,47 @@ class JobInfo:
         return self.finished_at or self.started_at or self.created_at
 
 
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _strings(value: object) -> dict[str, str]:
+    """Labels or annotations: only the entries whose keys and values are strings."""
+    return {k: v for k, v in _mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _items(value: object) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _controller(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """The controller owner reference, if it is a ScheduledJob's."""
+    for ref in _items(metadata.get("ownerReferences")):
+        if ref.get("controller") is True:
+            version = _text(ref.get("apiVersion"))
+            if ref.get("kind") == KIND and version.startswith(f"{GROUP}/"):
+                return ref
+            return None
+    return None
+
+
+def _token(text: str | None) -> int | None:
+    return int(text) if text and text.isascii() and text.isdigit() else None
+
+
 def job_info(job: dict[str, Any]) -> JobInfo:
-    metadata = job.get("metadata", {})
-    status = job.get("status") or {}
-    annotations = metadata.get("annotations") or {}
-    owner_uid = next(
-        (ref.get("uid") for ref in metadata.get("ownerReferences") or [] if ref.get("controller")),
-        None,
-    )
+    metadata = _mapping(job.get("metadata"))
+    status = _mapping(job.get("status"))
+    annotations = _strings(metadata.get("annotations"))
+    labels = _strings(metadata.get("labels"))
+    owner = _controller(metadata)
+    owner_uid = _text(owner.get("uid")) or None if owner else None
     state, finished_at = JobState.ACTIVE, None
-    for condition in status.get("conditions") or []:
+    for condition in _items(status.get("conditions")):
         if condition.get("status") != "True":
             continue
         if condition.get("type") == "Complete":
@@ -64,15 +112,32 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         elif condition.get("type") == "Failed":
             state = JobState.FAILED
             finished_at = parse_time(condition.get("lastTransitionTime"))
+    slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT))
+    trigger = annotations.get(ANNOTATION_TRIGGER, TRIGGER_SCHEDULE)
+    run_now_token = annotations.get(ANNOTATION_RUN_NOW)
+    trusted = (
+        owner is not None
+        and owner_uid is not None
+        and labels.get(LABEL_SCHEDULEDJOB) == owner.get("name")
+        and bool(annotations.get(ANNOTATION_LEADER))
+        and _token(annotations.get(ANNOTATION_FENCING_TOKEN)) is not None
+        and slot is not None
+        and (trigger == TRIGGER_SCHEDULE or (trigger == TRIGGER_MANUAL and bool(run_now_token)))
+    )
+    finalizers = metadata.get("finalizers")
     return JobInfo(
-        name=metadata.get("name", ""),
-        uid=metadata.get("uid", ""),
+        name=_text(metadata.get("name")),
+        uid=_text(metadata.get("uid")),
         owner_uid=owner_uid,
-        slot=parse_time(annotations.get(ANNOTATION_SCHEDULED_AT)),
-        trigger=annotations.get(ANNOTATION_TRIGGER, TRIGGER_SCHEDULE),
+        slot=slot,
+        trigger=trigger,
         created_at=parse_time(metadata.get("creationTimestamp")),
         started_at=parse_time(status.get("startTime")),
         finished_at=finished_at,
         state=state,
         deleting=bool(metadata.get("deletionTimestamp")),
+        namespace=_text(metadata.get("namespace")),
+        trusted=trusted,
+        held=isinstance(finalizers, list) and FINALIZER_SLOT_RECORD in finalizers,
+        run_now_token=run_now_token,
     )

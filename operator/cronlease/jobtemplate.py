@@ -13,6 +13,7 @@ from cronlease.naming import (
     ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
+    FINALIZER_SLOT_RECORD,
     LABEL_SCHEDULEDJOB,
     format_time,
 )
@@ -42,6 +43,7 @@ def build_job(
             "namespace": sj.namespace,
             "labels": labels,
             "annotations": annotations,
+            "finalizers": [FINALIZER_SLOT_RECORD],
             "ownerReferences": [
                 {
                     "apiVersion": f"{GROUP}/{VERSION}",

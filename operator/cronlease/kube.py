@@ -255,6 +255,17 @@ class KubeApi:
         options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
         await self.transport.request("DELETE", resource_path(JOBS, namespace, name), options)
 
+    async def release_job(self, namespace: str, name: str, uid: str, finalizer: str) -> None:
+        """Remove `finalizer` from the Job, if it is still the Job with `uid`. A strategic merge
+        patch removes one value of the list and leaves the rest (a foreground deletion's)."""
+        body = {"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [finalizer]}}
+        await self.transport.request(
+            "PATCH",
+            resource_path(JOBS, namespace, name),
+            body,
+            content_type="application/strategic-merge-patch+json",
+        )
+
     # ScheduledJobs
 
     def list_scheduledjobs(

@@ -9,6 +9,7 @@ from resurrecting an object whose deletion the watch already delivered.
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,11 @@ def _pack(obj: dict[str, Any]) -> StoredScheduledJob:
     return StoredScheduledJob(version_of(obj), orjson.dumps(_slim(obj)))
 
 
+# A ScheduledJob as the owner of Jobs: (namespace, uid). A uid alone would let a Job in one
+# namespace claim an owner in another (owner references name no namespace).
+OwnerKey = tuple[str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class StoredJob:
     """All the model keeps of a Job: what decisions read, and what orders copies of it."""
@@ -84,12 +90,17 @@ class StoredJob:
     info: JobInfo
     owner: Key | None  # from the owner label, to wake the ScheduledJob when the Job changes
 
+    @property
+    def owner_key(self) -> OwnerKey | None:
+        return (self.info.namespace, self.info.owner_uid) if self.info.owner_uid else None
+
 
 def _stored_job(obj: dict[str, Any]) -> StoredJob:
-    metadata = obj["metadata"]
-    owner_name = (metadata.get("labels") or {}).get(LABEL_SCHEDULEDJOB)
-    owner = (metadata.get("namespace", ""), owner_name) if owner_name else None
-    return StoredJob(version_of(obj), job_info(obj), owner)
+    info = job_info(obj)
+    labels = obj["metadata"].get("labels")
+    owner_name = labels.get(LABEL_SCHEDULEDJOB) if isinstance(labels, dict) else None
+    owner = (info.namespace, owner_name) if isinstance(owner_name, str) and owner_name else None
+    return StoredJob(version_of(obj), info, owner)
 
 
 class Model:
@@ -106,7 +117,11 @@ class Model:
         self._on_job_finished = on_job_finished
         self._scheduledjobs: dict[Key, StoredScheduledJob] = {}
         self._jobs: dict[Key, StoredJob] = {}
-        self._jobs_by_owner: dict[str, dict[str, JobInfo]] = {}
+        self._jobs_by_owner: dict[OwnerKey, dict[str, JobInfo]] = {}
+        # Jobs still holding the slot-record finalizer, by the ScheduledJob their label names:
+        # few (a finalizer is held for milliseconds), and the only way to find one whose owner
+        # reference was removed or whose ScheduledJob is gone, so that it never blocks deletion.
+        self._held: dict[Key, dict[str, JobInfo]] = {}
         self._tombstones: dict[tuple[str, Key], int] = {}
 
     # ScheduledJobs
@@ -147,12 +162,22 @@ class Model:
         stored = self._jobs[key] = _stored_job(obj)
         info = stored.info
         previous = None
-        if info.owner_uid:
-            owned = self._jobs_by_owner.setdefault(info.owner_uid, {})
+        if current is not None and current.owner_key != stored.owner_key:
+            # Its owner reference was removed or changed (a user keeping a Job for debugging):
+            # it leaves its former owner, which must not count it as active any more.
+            self._forget_job(current)
+        owner_key = stored.owner_key
+        if owner_key:
+            owned = self._jobs_by_owner.setdefault(owner_key, {})
             previous = owned.get(info.name)
             owned[info.name] = info
+        if stored.owner:
+            if info.held:
+                self._held.setdefault(stored.owner, {})[info.name] = info
+            else:
+                self._unhold(stored)
         if info == previous:
-            return  # pod counts, ready, finalizer bookkeeping: nothing a decision reads
+            return  # pod counts, ready: nothing a decision reads
         if self._on_job_finished and info.finished and previous and not previous.finished:
             self._on_job_finished(obj)
         self._notify_owner(stored)
@@ -173,12 +198,37 @@ class Model:
             if key not in listed and not _newer(stored.version, version):
                 self._forget_job(self._jobs.pop(key))
 
-    def jobs_of(self, owner_uid: str) -> list[JobInfo]:
-        return list(self._jobs_by_owner.get(owner_uid, {}).values())
+    def jobs_of(self, namespace: str, owner_uid: str) -> list[JobInfo]:
+        """The Jobs in `namespace` whose controller is the ScheduledJob `owner_uid`, trusted or
+        not (decide() tells them apart)."""
+        return list(self._jobs_by_owner.get((namespace, owner_uid), {}).values())
+
+    def name_taken(self, namespace: str, owner_uid: str, info: JobInfo) -> None:
+        """A Job the leader did not write holds a name the ScheduledJob `owner_uid` needs (its
+        create met AlreadyExists): its decisions see it as untrusted, whatever owns it."""
+        taken = dataclasses.replace(info, owner_uid=owner_uid, trusted=False, held=False)
+        self._jobs_by_owner.setdefault((namespace, owner_uid), {})[info.name] = taken
+
+    def held_jobs(self, key: Key) -> list[JobInfo]:
+        """The Jobs labelled for the ScheduledJob `key` that still hold the slot-record finalizer,
+        whoever owns them now."""
+        return list(self._held.get(key, {}).values())
+
+    def _unhold(self, stored: StoredJob) -> None:
+        if stored.owner:
+            held = self._held.get(stored.owner)
+            if held is not None and held.pop(stored.info.name, None) and not held:
+                del self._held[stored.owner]
 
     def _forget_job(self, stored: StoredJob) -> None:
-        if stored.info.owner_uid:
-            self._jobs_by_owner.get(stored.info.owner_uid, {}).pop(stored.info.name, None)
+        self._unhold(stored)
+        owner_key = stored.owner_key
+        if owner_key:
+            owned = self._jobs_by_owner.get(owner_key)
+            if owned is not None:
+                owned.pop(stored.info.name, None)
+                if not owned:
+                    del self._jobs_by_owner[owner_key]
         self._notify_owner(stored)
 
     def _notify_owner(self, stored: StoredJob) -> None:

@@ -36,6 +36,9 @@ from cronlease.spec import ConcurrencyPolicy, Spec, SpecError, parse_spec
 # slots really run (CronJob always wakes ~100 ms late, so its deadline 0 never runs anything).
 ON_TIME_TOLERANCE = timedelta(seconds=1)
 RECENT_RUNS = 10
+# status.active lists at most this many Jobs (oldest first); activeCount counts them all. Allow
+# with long runs can keep thousands active, and status must stay a small object.
+ACTIVE_REFS = 100
 # Due slots enumerated one by one; older ones (after a long outage) are only counted.
 MAX_ENUMERATED_SLOTS = 1000
 # Missed slots one decision may still run (within their deadline); older ones are superseded.
@@ -52,6 +55,13 @@ class SkipReason(enum.StrEnum):
     SUSPENDED = "Suspended"
     # An older missed slot: like CronJob, only the most recent missed slot runs after an outage.
     SUPERSEDED = "Superseded"
+    # The slot's Job name is held by a Job the leader did not write (a user's, a tenant's).
+    NAME_CONFLICT = "NameConflict"
+
+
+# Skips the user asked for (a policy, a suspension) are Normal Events, as CronJob's
+# JobAlreadyActive is; the others say something went wrong and are Warnings.
+EXPECTED_SKIPS = frozenset({SkipReason.CONCURRENCY_FORBID, SkipReason.SUSPENDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +107,10 @@ class ScheduledJobView:
     def ref(self) -> ObjectRef:
         return ObjectRef(self.namespace, self.name, self.uid)
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -124,6 +138,12 @@ class PlannedDeletion:
 
 
 @dataclass(frozen=True)
+class PlannedRelease:
+    job_name: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class SkippedSlots:
     reason: SkipReason
     count: int
@@ -144,6 +164,8 @@ class Decision:
     # lost (a crash, a failover). Not created again; recorded now, so the record meets reality.
     recorded: list[tuple[PlannedRun, JobInfo]] = field(default_factory=list)
     deletions: list[PlannedDeletion] = field(default_factory=list)
+    # Jobs whose slot-record finalizer can go: their run is recorded in the persisted status.
+    releases: list[PlannedRelease] = field(default_factory=list)
     skips: list[SkippedSlots] = field(default_factory=list)
     events: list[EventRecord] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +174,11 @@ class Decision:
 
 def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Decision:
     """Plan the actions for `sj` at `now`, given the Jobs the live model says it owns."""
-    owned = [job for job in jobs if job.owner_uid == sj.uid]
+    # Only a Job that carries what the leader writes is a run. Others under this owner reference
+    # (made or edited by a user, forged by a tenant) are never counted, recorded or deleted; a
+    # slot whose Job name one of them holds is skipped as a conflict.
+    owned = [job for job in jobs if job.owner_uid == sj.uid and job.trusted]
+    taken = frozenset(job.name for job in jobs if job.owner_uid == sj.uid and not job.trusted)
     try:
         spec = parse_spec(sj.name, sj.spec)
     except SpecError as error:
@@ -166,15 +192,24 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
 
     due, uncounted = _due_slots(spec, cursor, now)
     if due:
-        _handle_due_slots(sj, spec, owned, due, uncounted, now, decision)
+        _handle_due_slots(sj, spec, owned, taken, due, uncounted, now, decision)
         cursor = due[-1]
-    _handle_run_now(sj, spec, owned, now, decision, status)
+    _handle_run_now(sj, spec, owned, taken, now, decision, status)
     _plan_history_cleanup(spec, owned, decision)
+    _plan_releases(sj, jobs, decision)
     _write_status(sj, spec, owned, status, cursor, now, decision)
     decision.status = status
-    if decision.wake_at is None:
+    if decision.wake_at is None and not spec.suspend:
         decision.wake_at = _next_slot(spec, cursor, now)
     return decision
+
+
+def _condition_true(status: dict[str, Any], condition_type: str) -> bool:
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == condition_type and c.get("status") == "True"
+        for c in conditions
+    )
 
 
 def _invalid(sj: ScheduledJobView, message: str, now: datetime) -> Decision:
@@ -244,6 +279,7 @@ def _handle_due_slots(
     sj: ScheduledJobView,
     spec: Spec,
     owned: Sequence[JobInfo],
+    taken: frozenset[str],
     due: list[datetime],
     uncounted: int,
     now: datetime,
@@ -258,9 +294,15 @@ def _handle_due_slots(
     # A slot that already has a Job ran, whatever the policy says now (its record was lost with
     # a crash or a lost response): it is recorded as a run and never counted as skipped.
     pending = [slot for slot in due if not _record_if_exists(decision, owned, planned(slot))]
+    conflicts = [slot for slot in pending if planned(slot).job_name in taken]
+    if conflicts:
+        _skip(decision, SkipReason.NAME_CONFLICT, len(conflicts), conflicts[-1])
+        pending = [slot for slot in pending if slot not in conflicts]
     # Slots only counted, never listed, are older than due[0]: late if it is, else superseded.
     uncounted_late = uncounted if _late(spec, due[0], now) else 0
-    if spec.suspend:
+    if spec.suspend or _condition_true(sj.status, "Suspended"):
+        # Suspended, or until this decision (it was resumed since): slots of the suspension
+        # are recorded once, when a decision happens, not with a wake-up and a write each.
         if pending or uncounted:
             _skip(decision, SkipReason.SUSPENDED, len(pending) + uncounted, (pending or due)[-1])
         return
@@ -337,7 +379,7 @@ def _skip(decision: Decision, reason: SkipReason, count: int, latest: datetime) 
     decision.skips.append(SkippedSlots(reason, count, latest))
     decision.events.append(
         EventRecord(
-            EventType.WARNING if reason is not SkipReason.SUSPENDED else EventType.NORMAL,
+            EventType.NORMAL if reason in EXPECTED_SKIPS else EventType.WARNING,
             f"Skipped{reason.value}",
             f"skipped {count} slot(s) ({reason.value}); latest {format_time(latest)}",
         )
@@ -348,6 +390,7 @@ def _handle_run_now(
     sj: ScheduledJobView,
     spec: Spec,
     owned: Sequence[JobInfo],
+    taken: frozenset[str],
     now: datetime,
     decision: Decision,
     status: dict[str, Any],
@@ -361,7 +404,18 @@ def _handle_run_now(
         return
     status["runNowToken"] = token
     run = PlannedRun(manual_job_name(sj.name, token), now, TRIGGER_MANUAL, token)
-    if not _record_if_exists(decision, owned, run) and _admit(
+    if _record_if_exists(decision, owned, run):
+        return
+    if run.job_name in taken:
+        decision.events.append(
+            EventRecord(
+                EventType.WARNING,
+                "RunNowConflict",
+                f"run-now refused: Job {run.job_name} exists and was not created by cronlease",
+            )
+        )
+        return
+    if _admit(
         spec, owned, decision, now, TRIGGER_MANUAL
     ):
         decision.runs.append(run)
@@ -382,6 +436,27 @@ def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decisi
         ]
 
 
+def _plan_releases(sj: ScheduledJobView, jobs: Sequence[JobInfo], decision: Decision) -> None:
+    """The slot-record finalizer of a Job goes once nothing can run its slot again: its run is
+    recorded in the status as persisted (what this decision read, not what it will write), or
+    the Job is not a run of this ScheduledJob at all (the finalizer is never ours to keep then)."""
+    processed = parse_time(sj.status.get("processedUntil"))
+    acknowledged = sj.status.get("runNowToken")
+    requested = sj.annotations.get(ANNOTATION_RUN_NOW)
+    for job in jobs:
+        if not job.held:
+            continue
+        if not job.trusted or job.owner_uid != sj.uid:
+            recorded = True
+        elif job.trigger == TRIGGER_MANUAL:
+            # A token no longer requested is never run again; the current one once acknowledged.
+            recorded = job.run_now_token in (acknowledged, None) or job.run_now_token != requested
+        else:
+            recorded = processed is not None and job.slot is not None and job.slot <= processed
+        if recorded:
+            decision.releases.append(PlannedRelease(job.name, job.uid))
+
+
 def _write_status(
     sj: ScheduledJobView,
     spec: Spec,
@@ -398,7 +473,7 @@ def _write_status(
     # Refs carry no uid: a planned run has none yet, and adding it later would cost a write.
     status["active"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": sj.namespace}
-        for name in active
+        for name in active[:ACTIVE_REFS]
     ]
     status["activeCount"] = len(active)
     if cursor is not None:

@@ -107,13 +107,19 @@ class Scheduler:
     async def _apply(self, key: Key) -> Applied:
         obj = self.model.scheduledjob(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return Applied(Outcome.DONE)
+            # Gone: its Jobs go with it (the garbage collector), and none may wait on us.
+            return await self.applier.release(key[0], self.model.held_jobs(key))
         return await self.applier.apply(obj, self._decide)
 
     async def _decide(self, sj: ScheduledJobView) -> Decision:
-        jobs, now = self.model.jobs_of(sj.uid), datetime.now(UTC)
-        behind = parse_time(sj.status.get("processedUntil"))
-        if behind is not None and now - behind > LONG_CATCH_UP:
+        # Its Jobs, and the Jobs labelled for it that still hold the finalizer but are no longer
+        # its own (an owner reference removed): decide() releases those.
+        jobs = self.model.jobs_of(sj.namespace, sj.uid)
+        jobs += [job for job in self.model.held_jobs(sj.key) if job.owner_uid != sj.uid]
+        now = datetime.now(UTC)
+        # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
+        behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
+        if now - behind > LONG_CATCH_UP:
             # Enumerating hours of missed slots takes CPU seconds: keep the loop responsive.
             return await asyncio.to_thread(decide, sj, jobs, now)
         return decide(sj, jobs, now)

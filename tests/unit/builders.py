@@ -24,6 +24,14 @@ from cronlease.spec import parse_spec
 NAME = "backup"
 NAMESPACE = "team-a"
 UID = "uid-backup"
+# A controller reference to the builders' ScheduledJob, as the operator writes it on its Jobs.
+OWNER_REF = {
+    "apiVersion": "cronlease.io/v1alpha1",
+    "kind": "ScheduledJob",
+    "name": NAME,
+    "uid": UID,
+    "controller": True,
+}
 OTHER_UID = "uid-someone-else"
 HOURLY = "0 * * * *"
 # Monday 2026-01-05, 08:30 UTC: the default creation time; the hourly schedule fires at 09:00.
@@ -119,6 +127,9 @@ def job(
     started_at: datetime | None = None,
     finished_at: datetime | None = None,
     deleting: bool = False,
+    trusted: bool = True,
+    held: bool = False,
+    run_now_token: str | None = None,
 ) -> JobInfo:
     return JobInfo(
         name=name,
@@ -131,6 +142,10 @@ def job(
         finished_at=finished_at,
         state=state,
         deleting=deleting,
+        namespace=NAMESPACE,
+        trusted=trusted,
+        held=held,
+        run_now_token=run_now_token,
     )
 
 
@@ -165,6 +180,7 @@ def created_jobs(decision: Decision, *, with_uids: bool = True) -> list[JobInfo]
             slot=run.slot,
             trigger=TRIGGER_MANUAL if run.run_now_token else run.trigger,
             created_at=run.slot,
+            run_now_token=run.run_now_token,
         )
         for run in decision.runs
     ]

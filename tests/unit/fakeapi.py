@@ -16,7 +16,10 @@ time at the same index of `call_times`, for tests that want the exact conversati
 
 Where it is simpler than the real thing: a `continue` token is an offset, not a snapshot (pages
 shift under concurrent writes); a dry-run create validates nothing (a refused template is an
-injected fault); objects are deleted at once (no finalizers, no graceful deletion).
+injected fault). Deletion honours finalizers (a deletionTimestamp until the last one goes) and a
+label-selected watch sees an object that stops matching as DELETED, as the real server does; the
+strategic merge patch knows only `$deleteFromPrimitiveList`, and a patch's metadata.uid is a
+precondition (409).
 """
 
 from __future__ import annotations
@@ -89,6 +92,47 @@ def _selects(selector: str, obj: dict[str, Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Change:
+    resource: tuple[str, str]
+    namespace: str
+    event_type: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None  # the copy it replaced (MODIFIED)
+
+
+def _seen_by(watch: _Watch, change: _Change) -> bytes | None:
+    """The event line `watch` receives for `change`, if any: a label-selected watch sees an
+    object that starts matching as ADDED and one that stops matching as DELETED."""
+    if change.resource != watch.key or (watch.namespace and change.namespace != watch.namespace):
+        return None
+    event_type = change.event_type
+    if watch.selector:
+        now = _selects(watch.selector, change.obj)
+        before = change.old is not None and _selects(watch.selector, change.old)
+        if event_type == "MODIFIED" and now != before:
+            event_type = "ADDED" if now else "DELETED"
+        elif not now:
+            return None
+    return orjson.dumps({"type": event_type, "object": change.obj}) + b"\n"
+
+
+def _delete_from_primitive_lists(current: Any, patch: Any) -> Any:
+    """The `$deleteFromPrimitiveList/<field>` directives of a strategic merge patch, turned into
+    the plain merge patch that sets each such list without the values named."""
+    if not isinstance(patch, dict):
+        return patch
+    result: dict[str, Any] = {}
+    current = current if isinstance(current, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$deleteFromPrimitiveList/"):
+            field_name = key.split("/", 1)[1]
+            result[field_name] = [v for v in current.get(field_name) or [] if v not in value]
+        else:
+            result[key] = _delete_from_primitive_lists(current.get(key), value)
+    return result
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386."""
     if not isinstance(patch, dict):
@@ -107,7 +151,7 @@ class FakeApiServer:
         self.clock = clock
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.version = 100
-        self.history: list[tuple[int, tuple[str, str], str, bytes]] = []
+        self.history: list[tuple[int, _Change]] = []
         self.compacted = 0  # watches from a version below this get 410
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, str]] = []  # (method or WATCH, path)
@@ -207,7 +251,9 @@ class FakeApiServer:
                 self.held -= 1
             if fault.status:
                 raise _status(fault.status, "Injected", fault.message or "injected fault")
-        result = self._handle(method, path, copy.deepcopy(body), dict(query or []))
+        result = self._handle(
+            method, path, copy.deepcopy(body), dict(query or []), content_type
+        )
         if fault is not None and fault.lose:
             raise ResponseLost(f"{method} {path}: response lost")
         await asyncio.sleep(0)  # a real response always yields to the loop
@@ -228,8 +274,9 @@ class FakeApiServer:
             yield orjson.dumps(gone) + b"\n"
             return
         watch = _Watch(key, match["ns"] or "", params.get("labelSelector", ""))
-        for version, event_key, namespace, line in self.history:
-            if version > since and self._wanted(watch, event_key, namespace, line):
+        for version, change in self.history:
+            line = _seen_by(watch, change)
+            if version > since and line is not None:
                 yield line
         self._watches.append(watch)
         try:
@@ -264,7 +311,14 @@ class FakeApiServer:
 
     # The server
 
-    def _handle(self, method: str, path: str, body: Any, params: dict[str, str]) -> dict[str, Any]:
+    def _handle(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: dict[str, str],
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
         match = PATH.match(path)
         if match is None:
             raise _status(404, "NotFound", f"no route {path}")
@@ -304,6 +358,11 @@ class FakeApiServer:
             }
             self._check_fence(resource, updated)  # the policy sees the object as it would be
         elif method == "PATCH":
+            wanted_uid = ((body or {}).get("metadata") or {}).get("uid")
+            if wanted_uid and wanted_uid != current["metadata"]["uid"]:
+                raise _status(409, "Conflict", "Precondition failed: UID in precondition")
+            if content_type == "application/strategic-merge-patch+json":
+                body = _delete_from_primitive_lists(current, body)
             updated = merge_patch(current, body)
             if updated.get("spec") != current.get("spec"):
                 updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
@@ -349,31 +408,44 @@ class FakeApiServer:
     def _store(
         self, key: tuple[str, str, str, str], obj: dict[str, Any], event: str
     ) -> dict[str, Any]:
+        metadata = obj["metadata"]
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            self.objects[key] = obj
+            self._delete(key)  # its last finalizer went
+            return copy.deepcopy(obj)
+        old = self.objects.get(key) if event == "MODIFIED" else None
         self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
+        metadata["resourceVersion"] = str(self.version)
         self.objects[key] = obj
-        self._emit(key, event, obj)
+        self._emit(key, event, obj, old)
         return copy.deepcopy(obj)
 
     def _delete(self, key: tuple[str, str, str, str]) -> None:
-        obj = self.objects.pop(key)
+        obj = self.objects[key]
+        if obj["metadata"].get("finalizers"):
+            if not obj["metadata"].get("deletionTimestamp"):
+                marked = copy.deepcopy(obj)
+                marked["metadata"]["deletionTimestamp"] = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+                self._store(key, marked, "MODIFIED")
+            return
+        del self.objects[key]
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
         self._emit(key, "DELETED", obj)
 
-    def _emit(self, key: tuple[str, str, str, str], event_type: str, obj: dict[str, Any]) -> None:
-        line = orjson.dumps({"type": event_type, "object": obj}) + b"\n"
-        resource, namespace = (key[0], key[1]), key[2]
-        self.history.append((self.version, resource, namespace, line))
+    def _emit(
+        self,
+        key: tuple[str, str, str, str],
+        event_type: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None = None,
+    ) -> None:
+        change = _Change((key[0], key[1]), key[2], event_type, copy.deepcopy(obj), old)
+        self.history.append((self.version, change))
         for watch in self._watches:
-            if self._wanted(watch, resource, namespace, line):
+            line = _seen_by(watch, change)
+            if line is not None:
                 watch.queue.put_nowait(line)
-
-    @staticmethod
-    def _wanted(watch: _Watch, resource: tuple[str, str], namespace: str, line: bytes) -> bool:
-        if resource != watch.key or (watch.namespace and namespace != watch.namespace):
-            return False
-        return not watch.selector or _selects(watch.selector, orjson.loads(line)["object"])
 
     def _check_fence(self, resource: tuple[str, str], obj: dict[str, Any]) -> None:
         """The fencing policy: a labelled Job's annotations, or a status's leader and token,

@@ -83,7 +83,7 @@ class Shell:
         return obj
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
-        return decide(sj, self.model.jobs_of(sj.uid), self.now)
+        return decide(sj, self.model.jobs_of(sj.namespace, sj.uid), self.now)
 
     async def apply(self, name: str, obj: dict[str, Any] | None = None) -> Applied:
         return await self.applier.apply(obj or self.current(name), self.decide)

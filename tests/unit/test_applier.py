@@ -57,9 +57,15 @@ async def test_a_job_of_that_name_owned_by_someone_else_is_never_adopted() -> No
     }
     shell.server.put(squatter)
     applied = await shell.apply("report")
-    assert applied.outcome is Outcome.RETRY
-    assert "already exists" in applied.error
+    assert applied.outcome is Outcome.STALE  # decided again at once, knowing the name is taken
     assert "processedUntil" not in shell.status("report")  # the slot is not recorded as run
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    status = shell.status("report")
+    assert status["slotsSkipped"] == {"NameConflict": 1}
+    assert status["runsCreated"] == 0
+    assert status["processedUntil"] == format_time(SLOT)
+    [job] = shell.jobs()
+    assert job["spec"] == {}  # the squatter, untouched
 
 
 async def test_a_status_write_on_a_stale_copy_is_refused_then_decided_again() -> None:

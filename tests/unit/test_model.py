@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from builders import NAME, NAMESPACE, UID
+from builders import NAME, NAMESPACE, OWNER_REF, UID
 
 from cronlease.model import Key, Model, key_of
 from cronlease.naming import LABEL_SCHEDULEDJOB
@@ -24,7 +24,7 @@ def job_object(version: int, **status: Any) -> dict[str, Any]:
             "resourceVersion": str(version),
             "creationTimestamp": "2026-01-05T09:00:00Z",
             "labels": {LABEL_SCHEDULEDJOB: NAME},
-            "ownerReferences": [{"uid": UID, "controller": True}],
+            "ownerReferences": [OWNER_REF],
         },
         "status": status,
     }
@@ -68,7 +68,7 @@ def test_a_job_update_wakes_its_owner_only_when_a_decision_could_change(
     assert recorder.changes == [OWNER]
     recorder.model.upsert_job(job_object(2, **later_status))
     assert recorder.changes == [OWNER] * (2 if wakes else 1)
-    assert recorder.model.jobs_of(UID)[0].uid == "uid-job"
+    assert recorder.model.jobs_of(NAMESPACE, UID)[0].uid == "uid-job"
 
 
 def test_a_quiet_update_is_still_stored() -> None:
@@ -77,7 +77,7 @@ def test_a_quiet_update_is_still_stored() -> None:
     recorder.model.upsert_job(job_object(2, active=1, ready=1))
     recorder.model.delete_job(job_object(3, active=1, ready=1))
     recorder.model.upsert_job(job_object(2, active=1, ready=1))  # a late LIST copy: buried
-    assert recorder.model.jobs_of(UID) == []
+    assert recorder.model.jobs_of(NAMESPACE, UID) == []
 
 
 def test_completion_is_counted_once_and_only_for_a_job_seen_running() -> None:
@@ -95,7 +95,7 @@ def test_an_older_copy_never_replaces_a_newer_one() -> None:
     recorder = Recorder()
     recorder.model.upsert_job(job_object(7, **COMPLETE))
     recorder.model.upsert_job(job_object(6, active=1))
-    assert recorder.model.jobs_of(UID)[0].finished
+    assert recorder.model.jobs_of(NAMESPACE, UID)[0].finished
     assert recorder.changes == [OWNER]
 
 
@@ -103,7 +103,7 @@ def test_a_relisting_forgets_jobs_deleted_while_no_watch_was_open() -> None:
     recorder = Recorder()
     recorder.model.upsert_job(job_object(3, active=1))
     recorder.model.forget_unlisted_jobs(NAMESPACE, set(), version="10")
-    assert recorder.model.jobs_of(UID) == []
+    assert recorder.model.jobs_of(NAMESPACE, UID) == []
     assert recorder.changes == [OWNER, OWNER]
 
 
@@ -113,7 +113,7 @@ def test_a_relisting_keeps_a_job_newer_than_itself() -> None:
     recorder.model.upsert_job(job_object(12, active=1))
     recorder.model.forget_unlisted_jobs(NAMESPACE, set(), version="10")
     recorder.model.forget_unlisted_jobs("another-namespace", set(), version="20")
-    assert [info.uid for info in recorder.model.jobs_of(UID)] == ["uid-job"]
+    assert [info.uid for info in recorder.model.jobs_of(NAMESPACE, UID)] == ["uid-job"]
 
 
 def test_a_relisting_keeps_what_it_lists() -> None:
@@ -121,7 +121,7 @@ def test_a_relisting_keeps_what_it_lists() -> None:
     listed = job_object(4, **COMPLETE)
     recorder.model.upsert_job(listed)
     recorder.model.forget_unlisted_jobs("", {key_of(listed)}, version="10")
-    assert recorder.model.jobs_of(UID)[0].finished
+    assert recorder.model.jobs_of(NAMESPACE, UID)[0].finished
     assert recorder.changes == [OWNER]
 
 

@@ -370,8 +370,8 @@ def test_suspended_slots_are_recorded_not_run() -> None:
     assert decision.status["slotsSkipped"] == {SUSPENDED: 2}
     suspended = condition(decision.status, "Suspended")
     assert (suspended["status"], suspended["reason"]) == ("True", "Suspended")
-    # Still woken at the next slot, so that its skip is recorded when it happens.
-    assert decision.wake_at == H12
+    # Not woken per slot (a write and an Event each): the next decision records them all.
+    assert decision.wake_at is None
 
 
 def test_suspended_without_due_slots_does_nothing() -> None:
@@ -382,7 +382,7 @@ def test_suspended_without_due_slots_does_nothing() -> None:
     assert decision.runs == []
     assert decision.skips == []
     assert decision.events == []
-    assert decision.wake_at == H12
+    assert decision.wake_at is None
 
 
 def test_resuming_runs_nothing_retroactively() -> None:
@@ -453,7 +453,7 @@ def test_concurrency_policy(
         assert skip_counts(decision) == {FORBID: 1}
         assert decision.skips[0].latest == H12
         assert [(e.type, e.reason) for e in decision.events] == [
-            ("Warning", "SkippedConcurrencyForbid")
+            ("Normal", "SkippedConcurrencyForbid")  # asked for: CronJob's JobAlreadyActive
         ]
         assert decision.status["slotsSkipped"] == {FORBID: 1}
     else:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from builders import NAMESPACE
+from builders import NAMESPACE, OWNER_REF
 from shell import Shell, eventually
 
 from cronlease.kube import JOBS
@@ -26,14 +26,14 @@ def job(name: str, **annotations: str) -> dict[str, Any]:
             "namespace": NAMESPACE,
             "labels": {LABEL_SCHEDULEDJOB: "report"},
             "annotations": annotations,
-            "ownerReferences": [{"uid": OWNER_UID, "controller": True}],
+            "ownerReferences": [{**OWNER_REF, "uid": OWNER_UID}],
         },
         "spec": {},
     }
 
 
 def names(shell: Shell) -> set[str]:
-    return {info.name for info in shell.model.jobs_of(OWNER_UID)}
+    return {info.name for info in shell.model.jobs_of(NAMESPACE, OWNER_UID)}
 
 
 @pytest.fixture
