@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from cronlease import metrics
 from cronlease.kube import ApiError, KubeApi, TransportError
 
 log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1  # leaseDurationSeconds and leaseTransitions are int32 in the Lease API
 
 
 class Leadership(Protocol):
@@ -91,8 +94,22 @@ class ElectionConfig:
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
+        timings = (self.lease_duration, self.renew_deadline, self.retry_period)
+        if not all(math.isfinite(seconds) for seconds in timings):
+            raise ValueError("election timings must be finite numbers of seconds")
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("need 0 < retry period < renew deadline < lease duration")
+        # Standbys go by what the Lease says, so the renew deadline must be shorter than the
+        # duration on the wire too (true after ceil(), checked for whoever changes it).
+        if not self.renew_deadline < self.lease_seconds <= INT32_MAX:
+            raise ValueError("need renew deadline < lease duration in whole seconds < 2^31")
+
+    @property
+    def lease_seconds(self) -> int:
+        """leaseDurationSeconds as we write it: rounded UP, since a longer lease only makes
+        standbys wait longer, while round() could make it the renew deadline or less (10.4 s
+        with a 10 s deadline was written as 10)."""
+        return math.ceil(self.lease_duration)
 
 
 def _micro_time(instant: datetime) -> str:
@@ -219,7 +236,7 @@ class LeaseElector:
             spec.update(acquireTime=now, leaseTransitions=transitions)
         spec.update(
             holderIdentity=self.identity,
-            leaseDurationSeconds=round(self.config.lease_duration),
+            leaseDurationSeconds=self.config.lease_seconds,
             renewTime=now,
         )
         lease["spec"] = spec
@@ -244,7 +261,7 @@ class LeaseElector:
             "metadata": {"name": self.config.lease_name, "namespace": self.config.namespace},
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": round(self.config.lease_duration),
+                "leaseDurationSeconds": self.config.lease_seconds,
                 "acquireTime": now,
                 "renewTime": now,
                 "leaseTransitions": 0,

@@ -8,6 +8,7 @@ not expect fails it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,4 +188,40 @@ def test_timings_that_could_let_two_leaders_act_are_refused(
     duration: float, deadline: float, retry: float
 ) -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
+        ElectionConfig(NS, NAME, duration, deadline, retry)
+
+
+@pytest.mark.parametrize(
+    ("duration", "deadline", "written"),
+    [(15, 10, 15), (10.4, 10, 11), (10.5, 10, 11), (10.0001, 10, 11), (2.2, 2.1, 3)],
+)
+async def test_the_duration_on_the_wire_is_rounded_up_above_the_renew_deadline(
+    duration: float, deadline: float, written: int
+) -> None:
+    server, clock = FakeApiServer(), Clock()
+    config = ElectionConfig(NS, NAME, duration, deadline, retry_period=1)
+    elector = LeaseElector(KubeApi(server), "me", config, clock)
+    await elector.tick()  # creates the Lease
+    await elector.tick()  # renews it
+    stored = server.get(*LEASES, NS, NAME)
+    assert stored is not None
+    assert stored["spec"]["leaseDurationSeconds"] == written
+    assert stored["spec"]["leaseDurationSeconds"] > deadline
+
+
+@pytest.mark.parametrize(
+    ("duration", "deadline", "retry"),
+    [
+        (math.inf, 10, 2),
+        (math.nan, 10, 2),
+        (15, math.nan, 2),
+        (15, 10, math.nan),
+        (15, 10, -math.inf),
+        (1e10, 10, 2),  # more seconds than the Lease's int32 can say
+    ],
+)
+def test_timings_that_are_no_finite_seconds_are_refused(
+    duration: float, deadline: float, retry: float
+) -> None:
+    with pytest.raises(ValueError, match=r"finite|2\^31|retry period < renew deadline"):
         ElectionConfig(NS, NAME, duration, deadline, retry)
