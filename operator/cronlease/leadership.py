@@ -6,8 +6,8 @@
   fencing token (kubernetes_asyncio's LeaseLock never increments it and trusts the wall clock):
   - acquire and renew are optimistic (resourceVersion); a 409 means someone else wrote: re-read;
   - leaseTransitions goes up by one whenever the holder changes, and is this leader's token;
-  - expiry of somebody else's lease is judged on OUR monotonic clock, from the moment we first
-    saw its current renewTime (clocks of two machines are never compared);
+  - expiry of somebody else's lease is judged on OUR monotonic clock, from the moment our read
+    of its current renewTime came back (clocks of two machines are never compared);
   - we stop acting once renew_deadline has passed since the start of our last successful renew,
     which is before the lease can expire for anyone else (renew_deadline < lease_duration);
   - release() empties holderIdentity so a standby takes over at its next retry.
@@ -214,8 +214,12 @@ class LeaseElector:
     async def tick(self) -> None:
         """One round of the election: acquire, renew or observe. run() calls it every retry
         period (and at once after a conflict); tests call it directly, with their own clock."""
+        # Our own renew deadline counts from before our write (the leader's safe side); somebody
+        # else's renewal is dated when our read of it came back (the standby's safe side): the
+        # holder may have renewed while our GET was on its way, or waiting in the API server.
         started = self._clock()
         lease = await self._get()
+        seen = self._clock()
         if lease is None:
             await self._create(started)
             return
@@ -224,10 +228,10 @@ class LeaseElector:
         renew_time = spec.get("renewTime") or ""
         if holder and holder != self.identity:
             if self._observed != (holder, renew_time):
-                self._observed, self._observed_at = (holder, renew_time), started
+                self._observed, self._observed_at = (holder, renew_time), seen
             self._lose(f"{holder} holds the Lease")
             duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
-            if started - self._observed_at < duration:
+            if seen - self._observed_at < duration:
                 return  # still valid as far as our own clock can tell
         transitions = int(spec.get("leaseTransitions") or 0)
         now = _micro_time(datetime.now(UTC))

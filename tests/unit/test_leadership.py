@@ -8,6 +8,7 @@ not expect fails it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from fakeapi import FakeApiServer
+from shell import eventually
 
 from cronlease.kube import LEASES, ApiError, KubeApi
 from cronlease.leadership import ElectionConfig, LeaseElector
@@ -59,6 +61,8 @@ class Case:
     holder: str  # on the server afterwards
     calls: list[tuple[str, str]]
     between: Callable[[FakeApiServer, int], None] = field(default=lambda server, i: None)
+    # What happens while a round's GET is on its way (the GET is held until it has happened).
+    during_get: Callable[[FakeApiServer, Clock, int], None] | None = None
 
 
 def renewed_by_other(server: FakeApiServer, round_index: int) -> None:
@@ -71,6 +75,13 @@ def renewed_by_other(server: FakeApiServer, round_index: int) -> None:
 def conflict_on_put(server: FakeApiServer, round_index: int) -> None:
     if round_index == 0:
         server.fail("PUT", LEASE_PATH, 409)
+
+
+def renewed_during_a_slow_get(server: FakeApiServer, clock: Clock, round_index: int) -> None:
+    """Round 0's GET takes 10 s, and the holder renews while it is on its way."""
+    if round_index == 0:
+        clock.now += 10
+        renewed_by_other(server, 1)
 
 
 CASES = [
@@ -115,7 +126,43 @@ CASES = [
         [GET, PUT],
         conflict_on_put,
     ),
+    # A renewal is dated when our read of it came back, not when we sent the GET.
+    Case(
+        "slow GET: a renewal read by it is valid for lease_duration after the response",
+        lease("other", 2),
+        [0, 15.1],  # round 0's response comes at 10
+        False,
+        -1,
+        "other",
+        [GET, GET],
+        during_get=renewed_during_a_slow_get,
+    ),
+    Case(
+        "slow GET: the Lease expires lease_duration after the response that showed the renewal",
+        lease("other", 2),
+        [0, 25.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+        during_get=renewed_during_a_slow_get,
+    ),
 ]
+
+
+async def one_round(
+    server: FakeApiServer, elector: LeaseElector, clock: Clock, case: Case, index: int
+) -> None:
+    if case.during_get is None:
+        await elector.tick()
+        return
+    gate = asyncio.Event()
+    server.hold("GET", LEASE_PATH, gate)
+    ticking = asyncio.create_task(elector.tick())
+    await eventually(lambda: server.held == 1)
+    case.during_get(server, clock, index)
+    gate.set()
+    await ticking
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -127,7 +174,7 @@ async def test_election_round(case: Case) -> None:
     for index, instant in enumerate(case.rounds):
         case.between(server, index)
         clock.now = instant
-        await elector.tick()
+        await one_round(server, elector, clock, case, index)
     assert server.calls == case.calls
     assert elector.is_leading() is case.leading
     if case.leading:
