@@ -9,6 +9,7 @@ not expect fails it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ class Clock:
 
 
 def lease(
-    holder: str, transitions: int, renew: str = "2026-01-05T09:00:00.000000Z"
+    holder: Any, transitions: Any, renew: str = "2026-01-05T09:00:00.000000Z", **spec: Any
 ) -> dict[str, Any]:
+    """A Lease as someone else wrote it; `spec` sets or overrides fields (bad ones included)."""
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -47,6 +49,7 @@ def lease(
             "leaseDurationSeconds": 15,
             "renewTime": renew,
             "leaseTransitions": transitions,
+            **spec,
         },
     }
 
@@ -58,7 +61,7 @@ class Case:
     rounds: list[float]  # clock readings at which the elector runs one round
     leading: bool
     token: int
-    holder: str  # on the server afterwards
+    holder: Any  # on the server afterwards
     calls: list[tuple[str, str]]
     between: Callable[[FakeApiServer, int], None] = field(default=lambda server, i: None)
     # What happens while a round's GET is on its way (the GET is held until it has happened).
@@ -146,6 +149,80 @@ CASES = [
         "me",
         [GET, GET, PUT],
         during_get=renewed_during_a_slow_get,
+    ),
+    # A Lease is input: anything someone else wrote is read totally, never raised.
+    Case(
+        "a foreign duration of 10^9 s counts as 10 x ours: valid at 149.9 s",
+        lease("other", 2, leaseDurationSeconds=10**9),
+        [0, 149.9],
+        False,
+        -1,
+        "other",
+        [GET, GET],
+    ),
+    Case(
+        "a foreign duration of 10^9 s counts as 10 x ours: expired at 150.1 s",
+        lease("other", 2, leaseDurationSeconds=10**9),
+        [0, 150.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+    ),
+    Case(
+        "a negative duration counts as ours",
+        lease("other", 2, leaseDurationSeconds=-5),
+        [0, 14.9],
+        False,
+        -1,
+        "other",
+        [GET, GET],
+    ),
+    Case(
+        "a duration that is no number counts as ours",
+        lease("other", 2, leaseDurationSeconds="soon"),
+        [0, 14.9, 15.1],
+        True,
+        3,
+        "me",
+        [GET, GET, GET, PUT],
+    ),
+    Case(
+        "a holder that is no string is somebody's: valid until it expires",
+        lease(0, 2),
+        [0, 14.9],
+        False,
+        -1,
+        0,
+        [GET, GET],
+    ),
+    Case(
+        "a holder that is no string is somebody's: it expires like anybody's",
+        lease(0, 2),
+        [0, 15.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+    ),
+    Case(
+        "a count that is no number: a token anyway",
+        lease("", "seven"),
+        [0],
+        True,
+        1,
+        "me",
+        [GET, PUT],
+    ),
+    Case("a negative count: a token anyway", lease("", -3), [0], True, 1, "me", [GET, PUT]),
+    Case(
+        "a spec that is no object reads as empty (released, count 0)",
+        {**lease("", 0), "spec": "garbage"},
+        [0],
+        True,
+        1,
+        "me",
+        [GET, PUT],
     ),
 ]
 
@@ -236,6 +313,33 @@ def test_timings_that_could_let_two_leaders_act_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         ElectionConfig(NS, NAME, duration, deadline, retry)
+
+
+async def test_each_bad_value_of_the_lease_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("other", 2, leaseDurationSeconds="soon"))
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    with caplog.at_level(logging.WARNING, logger="cronlease.leadership"):
+        for instant in (0, 2, 4):
+            clock.now = instant
+            await elector.tick()
+        server.edit(*LEASES, NS, NAME, {"spec": {"leaseDurationSeconds": "later"}})
+        for instant in (6, 8):
+            clock.now = instant
+            await elector.tick()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "'soon'" in warnings[0]
+    assert "'later'" in warnings[1]
+
+
+async def test_verify_refuses_a_count_that_is_no_number() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    server.edit(*LEASES, NS, NAME, {"spec": {"leaseTransitions": "0x"}})
+    assert not await elector.verify()
+    assert not elector.is_leading()
 
 
 @pytest.mark.parametrize(
