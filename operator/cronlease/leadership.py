@@ -5,7 +5,10 @@
 - `LeaseElector`: our own elector on a coordination.k8s.io/v1 Lease, with leaseTransitions as the
   fencing token (kubernetes_asyncio's LeaseLock never increments it and trusts the wall clock):
   - acquire and renew are optimistic (resourceVersion); a 409 means someone else wrote: re-read;
-  - leaseTransitions goes up by one whenever the holder changes, and is this leader's token;
+  - leaseTransitions goes up whenever the holder changes, and is this leader's token; a new
+    token is above every token this replica has seen on the Lease, so deleting and recreating
+    the Lease (which starts it again at 0) never hands out a token that was used before, as long
+    as one running replica saw it;
   - expiry of somebody else's lease is judged on OUR monotonic clock, from the moment our read
     of its current renewTime came back (clocks of two machines are never compared);
   - we stop acting once renew_deadline has passed since the start of our last successful renew,
@@ -154,6 +157,7 @@ class LeaseElector:
         self._renewed_at: float | None = None  # monotonic start of our last successful write
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) of someone else
         self._observed_at = 0.0
+        self._max_token = -1  # the highest token seen on the Lease (or written by us)
         self._warned: set[tuple[str, str]] = set()  # (field, value) of bad Lease fields logged
         self._changed = asyncio.Event()  # leadership gained or lost
         self._poke = asyncio.Event()  # re-read the Lease now
@@ -246,6 +250,9 @@ class LeaseElector:
         lease = await self._get()
         seen = self._clock()
         if lease is None:
+            # Deleted, perhaps under us: the fencing policy (no Lease, no holder) refuses our
+            # writes already, and the Lease we create carries a new token.
+            self._lose("the Lease is gone")
             await self._create(started)
             return
         spec, current = self._read(lease)
@@ -256,10 +263,16 @@ class LeaseElector:
             self._lose(f"{holder} holds the Lease")
             if seen - self._observed_at < current.duration:
                 return  # still valid as far as our own clock can tell
+        if holder == self.identity and current.transitions != self._token:
+            # Someone else wrote the count, or we restarted: not the term we acted under.
+            self._lose(f"the Lease's token is {current.transitions}, ours {self._token}")
         now = _micro_time(datetime.now(UTC))
-        token = current.transitions or 0  # a count that is not valid counts as 0
-        if holder != self.identity:
-            token += 1
+        if holder == self.identity and current.transitions == self._max_token:
+            token = current.transitions  # a renewal keeps its token
+        else:
+            # A new term: above any token seen, in case the Lease was recreated (count reset to
+            # 0) or its count was edited down since; a token in use before must not come back.
+            token = self._max_token + 1
             spec.update(acquireTime=now)
         spec.update(
             holderIdentity=self.identity,
@@ -283,7 +296,7 @@ class LeaseElector:
         if self._stopped:
             return
         now = _micro_time(datetime.now(UTC))
-        token = 0
+        token = self._max_token + 1  # 0 for the first Lease we ever see
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -308,6 +321,7 @@ class LeaseElector:
     def _won(self, token: int, started: float) -> None:
         newly = not self.is_leading() or token != self._token
         self._token, self._renewed_at = token, started
+        self._max_token = max(self._max_token, token)
         if newly:
             log.info("became leader of %s with fencing token %d", self.config.lease_name, token)
             metrics.leader.set(1)
@@ -332,7 +346,7 @@ class LeaseElector:
 
         The API server's validation refuses most bad values, but the elector must not depend on
         it: a value it cannot take would stop the election of every replica. Each bad value is
-        replaced by the safe one and logged once.
+        replaced by the safe one and logged once. Every valid count is a token that was seen.
         """
         spec = lease.get("spec")
         if not isinstance(spec, dict):
@@ -368,8 +382,9 @@ class LeaseElector:
         transitions: int | None = None
         if _is_number(count) and 0 <= count <= INT32_MAX and count == int(count):
             transitions = int(count)
+            self._max_token = max(self._max_token, transitions)
         else:
-            self._warn("leaseTransitions", count, "counted as 0")
+            self._warn("leaseTransitions", count, "the next token is above any seen")
         return spec, _LeaseSpec(holder, renew_time, float(duration), transitions)
 
     def _warn(self, field: str, value: Any, meaning: str) -> None:

@@ -87,6 +87,32 @@ def renewed_during_a_slow_get(server: FakeApiServer, clock: Clock, round_index: 
         renewed_by_other(server, 1)
 
 
+def deleted(server: FakeApiServer, round_index: int) -> None:
+    if round_index == 1:
+        server.remove(*LEASES, NS, NAME)
+
+
+def recreated_released(server: FakeApiServer, round_index: int) -> None:
+    """Someone deletes the Lease and creates it again (a restore, a script): the count is 0."""
+    if round_index == 1:
+        server.remove(*LEASES, NS, NAME)
+        server.put(lease("", 0))
+
+
+def recreated_by_other(server: FakeApiServer, round_index: int) -> None:
+    if round_index == 1:
+        server.remove(*LEASES, NS, NAME)
+        server.put(lease("other", 0, renew="2026-01-05T09:01:00.000000Z"))
+
+
+def count_edited(value: Any) -> Callable[[FakeApiServer, int], None]:
+    def edit(server: FakeApiServer, round_index: int) -> None:
+        if round_index == 1:
+            server.edit(*LEASES, NS, NAME, {"spec": {"leaseTransitions": value}})
+
+    return edit
+
+
 CASES = [
     Case("acquire: no Lease yet", None, [0], True, 0, "me", [GET, POST]),
     Case("acquire: an empty holder (released)", lease("", 3), [0], True, 4, "me", [GET, PUT]),
@@ -210,11 +236,11 @@ CASES = [
         lease("", "seven"),
         [0],
         True,
-        1,
+        0,
         "me",
         [GET, PUT],
     ),
-    Case("a negative count: a token anyway", lease("", -3), [0], True, 1, "me", [GET, PUT]),
+    Case("a negative count: a token anyway", lease("", -3), [0], True, 0, "me", [GET, PUT]),
     Case(
         "a spec that is no object reads as empty (released, count 0)",
         {**lease("", 0), "spec": "garbage"},
@@ -223,6 +249,57 @@ CASES = [
         1,
         "me",
         [GET, PUT],
+    ),
+    # The token never goes back to one used before, whatever happens to the Lease.
+    Case(
+        "deleted while we lead: recreated with a token above ours",
+        lease("me", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, PUT, GET, POST],
+        deleted,
+    ),
+    Case(
+        "recreated released with count 0 after we saw 5: we write 6",
+        lease("other", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, GET, PUT],
+        recreated_released,
+    ),
+    Case(
+        "recreated by another holder with count 0 after we saw 5: at its expiry we write 6",
+        lease("other", 5),
+        [0, 2, 17.1],
+        True,
+        6,
+        "me",
+        [GET, GET, GET, PUT],
+        recreated_by_other,
+    ),
+    Case(
+        "our count edited down while we lead: a new token above the old",
+        lease("me", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, PUT, GET, PUT],
+        count_edited(0),
+    ),
+    Case(
+        "our count overwritten with garbage while we lead: a new token, the count mended",
+        lease("me", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, PUT, GET, PUT],
+        count_edited("x"),
     ),
 ]
 
@@ -313,6 +390,24 @@ def test_timings_that_could_let_two_leaders_act_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         ElectionConfig(NS, NAME, duration, deadline, retry)
+
+
+async def test_a_leader_whose_lease_is_deleted_stops_leading_before_it_creates_another() -> None:
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("me", 5))
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    assert (elector.is_leading(), elector.token) == (True, 5)
+    server.remove(*LEASES, NS, NAME)
+    gate = asyncio.Event()
+    server.hold("POST", LEASE_PATH.rsplit("/", 1)[0], gate)
+    clock.now = 2
+    creating = asyncio.create_task(elector.tick())
+    await eventually(lambda: server.held == 1)
+    assert not elector.is_leading()  # token 5 means nothing now: no write may carry it
+    gate.set()
+    await creating
+    assert (elector.is_leading(), elector.token) == (True, 6)
 
 
 async def test_each_bad_value_of_the_lease_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
