@@ -5,12 +5,17 @@
 - `LeaseElector`: our own elector on a coordination.k8s.io/v1 Lease, with leaseTransitions as the
   fencing token (kubernetes_asyncio's LeaseLock never increments it and trusts the wall clock):
   - acquire and renew are optimistic (resourceVersion); a 409 means someone else wrote: re-read;
-  - leaseTransitions goes up by one whenever the holder changes, and is this leader's token;
-  - expiry of somebody else's lease is judged on OUR monotonic clock, from the moment we first
-    saw its current renewTime (clocks of two machines are never compared);
+  - leaseTransitions goes up whenever the holder changes, and is this leader's token; a new
+    token is above every token this replica has seen on the Lease, so deleting and recreating
+    the Lease (which starts it again at 0) never hands out a token that was used before, as long
+    as one running replica saw it;
+  - expiry of somebody else's lease is judged on OUR monotonic clock, from the moment our read
+    of its current renewTime came back (clocks of two machines are never compared);
   - we stop acting once renew_deadline has passed since the start of our last successful renew,
     which is before the lease can expire for anyone else (renew_deadline < lease_duration);
-  - release() empties holderIdentity so a standby takes over at its next retry.
+  - release() empties holderIdentity so a standby takes over at its next retry;
+  - the Lease is input anyone with RBAC on Leases can write: every field is read totally, and a
+    bad value is logged once and replaced by a safe one, never raised.
 """
 
 from __future__ import annotations
@@ -18,16 +23,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import reprlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from cronlease import metrics
 from cronlease.kube import ApiError, KubeApi, TransportError
 
 log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1  # leaseDurationSeconds and leaseTransitions are int32 in the Lease API
+
+# Somebody else's leaseDurationSeconds counts for at most this many of our own lease durations.
+# Its expiry is judged by that number on our clock, so a Lease pre-created with 10^9 s (or a
+# garbage value from a script) would otherwise keep every replica out for decades once its holder
+# is gone. Our own replicas run with the same flags, so ten times ours leaves room for a rolling
+# change of --lease-duration; a change by more than that could let a standby take over before
+# the old leader's renew deadline, and then only the fencing policy stops the old leader's writes.
+FOREIGN_DURATION_FACTOR = 10
 
 
 class Leadership(Protocol):
@@ -91,12 +108,35 @@ class ElectionConfig:
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
+        timings = (self.lease_duration, self.renew_deadline, self.retry_period)
+        if not all(math.isfinite(seconds) for seconds in timings):
+            raise ValueError("election timings must be finite numbers of seconds")
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("need 0 < retry period < renew deadline < lease duration")
+        # Standbys go by what the Lease says, so the renew deadline must be shorter than the
+        # duration on the wire too (true after ceil(), checked for whoever changes it).
+        if not self.renew_deadline < self.lease_seconds <= INT32_MAX:
+            raise ValueError("need renew deadline < lease duration in whole seconds < 2^31")
+
+    @property
+    def lease_seconds(self) -> int:
+        """leaseDurationSeconds as we write it: rounded UP, since a longer lease only makes
+        standbys wait longer, while round() could make it the renew deadline or less (10.4 s
+        with a 10 s deadline was written as 10)."""
+        return math.ceil(self.lease_duration)
 
 
 def _micro_time(instant: datetime) -> str:
     return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _LeaseSpec(NamedTuple):
+    """What the elector reads from a Lease, every field checked."""
+
+    holder: str  # "" when nobody holds it
+    renew_time: str  # compared for change only, never parsed as a time
+    duration: float  # seconds, positive and capped
+    transitions: int | None  # None: not a valid count (it is then no token anybody acts under)
 
 
 class LeaseElector:
@@ -117,6 +157,8 @@ class LeaseElector:
         self._renewed_at: float | None = None  # monotonic start of our last successful write
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) of someone else
         self._observed_at = 0.0
+        self._max_token = -1  # the highest token seen on the Lease (or written by us)
+        self._warned: set[tuple[str, str]] = set()  # (field, value) of bad Lease fields logged
         self._changed = asyncio.Event()  # leadership gained or lost
         self._poke = asyncio.Event()  # re-read the Lease now
         self._stopped = False
@@ -151,10 +193,10 @@ class LeaseElector:
         except ApiError as error:
             log.warning("could not re-read the Lease: %s", error)
             return self.is_leading()
-        spec = (lease or {}).get("spec") or {}
-        holds = spec.get("holderIdentity") == self.identity
-        if holds and int(spec.get("leaseTransitions") or 0) == self._token:
-            return self.is_leading()
+        if lease is not None:
+            _, current = self._read(lease)
+            if (current.holder, current.transitions) == (self.identity, self._token):
+                return self.is_leading()
         self._lose("the Lease has another holder or token")
         return False
 
@@ -186,9 +228,13 @@ class LeaseElector:
         self._lose("shutting down")
         try:
             lease = await self._get()
-            if lease is None or lease["spec"].get("holderIdentity") != self.identity:
+            if lease is None:
                 return
-            lease["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+            spec, current = self._read(lease)
+            if current.holder != self.identity:
+                return
+            spec.update(holderIdentity="", leaseDurationSeconds=1)
+            lease["spec"] = spec
             await self.api.replace_lease(lease)
             log.info("released lease %s", self.config.lease_name)
         except (ApiError, TransportError) as error:
@@ -197,29 +243,41 @@ class LeaseElector:
     async def tick(self) -> None:
         """One round of the election: acquire, renew or observe. run() calls it every retry
         period (and at once after a conflict); tests call it directly, with their own clock."""
+        # Our own renew deadline counts from before our write (the leader's safe side); somebody
+        # else's renewal is dated when our read of it came back (the standby's safe side): the
+        # holder may have renewed while our GET was on its way, or waiting in the API server.
         started = self._clock()
         lease = await self._get()
+        seen = self._clock()
         if lease is None:
+            # Deleted, perhaps under us: the fencing policy (no Lease, no holder) refuses our
+            # writes already, and the Lease we create carries a new token.
+            self._lose("the Lease is gone")
             await self._create(started)
             return
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
-        renew_time = spec.get("renewTime") or ""
+        spec, current = self._read(lease)
+        holder = current.holder
         if holder and holder != self.identity:
-            if self._observed != (holder, renew_time):
-                self._observed, self._observed_at = (holder, renew_time), started
+            if self._observed != (holder, current.renew_time):
+                self._observed, self._observed_at = (holder, current.renew_time), seen
             self._lose(f"{holder} holds the Lease")
-            duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
-            if started - self._observed_at < duration:
+            if seen - self._observed_at < current.duration:
                 return  # still valid as far as our own clock can tell
-        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity and current.transitions != self._token:
+            # Someone else wrote the count, or we restarted: not the term we acted under.
+            self._lose(f"the Lease's token is {current.transitions}, ours {self._token}")
         now = _micro_time(datetime.now(UTC))
-        if holder != self.identity:
-            transitions += 1
-            spec.update(acquireTime=now, leaseTransitions=transitions)
+        if holder == self.identity and current.transitions == self._max_token:
+            token = current.transitions  # a renewal keeps its token
+        else:
+            # A new term: above any token seen, in case the Lease was recreated (count reset to
+            # 0) or its count was edited down since; a token in use before must not come back.
+            token = self._max_token + 1
+            spec.update(acquireTime=now)
         spec.update(
             holderIdentity=self.identity,
-            leaseDurationSeconds=round(self.config.lease_duration),
+            leaseDurationSeconds=self.config.lease_seconds,
+            leaseTransitions=token,  # also mends a count that was not a valid number
             renewTime=now,
         )
         lease["spec"] = spec
@@ -232,22 +290,23 @@ class LeaseElector:
                 self._poke.set()  # somebody else wrote: look again at once
                 return
             raise
-        self._won(transitions, started)
+        self._won(token, started)
 
     async def _create(self, started: float) -> None:
         if self._stopped:
             return
         now = _micro_time(datetime.now(UTC))
+        token = self._max_token + 1  # 0 for the first Lease we ever see
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": self.config.lease_name, "namespace": self.config.namespace},
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": round(self.config.lease_duration),
+                "leaseDurationSeconds": self.config.lease_seconds,
                 "acquireTime": now,
                 "renewTime": now,
-                "leaseTransitions": 0,
+                "leaseTransitions": token,
             },
         }
         try:
@@ -257,11 +316,12 @@ class LeaseElector:
                 self._poke.set()
                 return
             raise
-        self._won(0, started)
+        self._won(token, started)
 
     def _won(self, token: int, started: float) -> None:
         newly = not self.is_leading() or token != self._token
         self._token, self._renewed_at = token, started
+        self._max_token = max(self._max_token, token)
         if newly:
             log.info("became leader of %s with fencing token %d", self.config.lease_name, token)
             metrics.leader.set(1)
@@ -280,3 +340,64 @@ class LeaseElector:
 
     async def _get(self) -> dict[str, Any] | None:
         return await self.api.get_lease(self.config.namespace, self.config.lease_name)
+
+    def _read(self, lease: dict[str, Any]) -> tuple[dict[str, Any], _LeaseSpec]:
+        """The Lease's spec (to write back) and what it says, read totally.
+
+        The API server's validation refuses most bad values, but the elector must not depend on
+        it: a value it cannot take would stop the election of every replica. Each bad value is
+        replaced by the safe one and logged once. Every valid count is a token that was seen.
+        """
+        spec = lease.get("spec")
+        if not isinstance(spec, dict):
+            self._warn("spec", spec, "read as empty")
+            spec = {}
+        holder = spec.get("holderIdentity")
+        if holder is None:
+            holder = ""
+        elif not isinstance(holder, str):
+            # Not ours, and not provably free: somebody's, which expires like anybody's.
+            self._warn("holderIdentity", holder, "counted as another holder")
+            holder = repr(holder)
+        renew_time = spec.get("renewTime")
+        if renew_time is None:
+            renew_time = ""
+        elif not isinstance(renew_time, str):
+            self._warn("renewTime", renew_time, "compared as it is")
+            renew_time = repr(renew_time)
+        ours = self.config.lease_duration
+        duration = spec.get("leaseDurationSeconds")
+        if duration is None:
+            duration = ours
+        elif not _is_number(duration) or duration <= 0:
+            self._warn("leaseDurationSeconds", duration, f"counted as ours, {ours:g} s")
+            duration = ours
+        elif duration > FOREIGN_DURATION_FACTOR * ours:
+            cap = FOREIGN_DURATION_FACTOR * ours
+            self._warn("leaseDurationSeconds", duration, f"counted as {cap:g} s")
+            duration = cap
+        count = spec.get("leaseTransitions")
+        if count is None:
+            count = 0  # as the fencing policy reads it
+        transitions: int | None = None
+        if _is_number(count) and 0 <= count <= INT32_MAX and count == int(count):
+            transitions = int(count)
+            self._max_token = max(self._max_token, transitions)
+        else:
+            self._warn("leaseTransitions", count, "the next token is above any seen")
+        return spec, _LeaseSpec(holder, renew_time, float(duration), transitions)
+
+    def _warn(self, field: str, value: Any, meaning: str) -> None:
+        """Once per distinct bad value: the loop reads the same Lease every retry period."""
+        shown = reprlib.repr(value)
+        if (field, shown) in self._warned:
+            return
+        if len(self._warned) >= 100:  # a writer of ever new garbage must not grow this for ever
+            self._warned.clear()
+        self._warned.add((field, shown))
+        name = self.config.lease_name
+        log.warning("lease %s: %s %s is not valid; %s", name, field, shown, meaning)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

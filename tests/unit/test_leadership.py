@@ -8,12 +8,16 @@ not expect fails it.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from fakeapi import FakeApiServer
+from shell import eventually
 
 from cronlease.kube import LEASES, ApiError, KubeApi
 from cronlease.leadership import ElectionConfig, LeaseElector
@@ -33,8 +37,9 @@ class Clock:
 
 
 def lease(
-    holder: str, transitions: int, renew: str = "2026-01-05T09:00:00.000000Z"
+    holder: Any, transitions: Any, renew: str = "2026-01-05T09:00:00.000000Z", **spec: Any
 ) -> dict[str, Any]:
+    """A Lease as someone else wrote it; `spec` sets or overrides fields (bad ones included)."""
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -44,6 +49,7 @@ def lease(
             "leaseDurationSeconds": 15,
             "renewTime": renew,
             "leaseTransitions": transitions,
+            **spec,
         },
     }
 
@@ -55,9 +61,11 @@ class Case:
     rounds: list[float]  # clock readings at which the elector runs one round
     leading: bool
     token: int
-    holder: str  # on the server afterwards
+    holder: Any  # on the server afterwards
     calls: list[tuple[str, str]]
     between: Callable[[FakeApiServer, int], None] = field(default=lambda server, i: None)
+    # What happens while a round's GET is on its way (the GET is held until it has happened).
+    during_get: Callable[[FakeApiServer, Clock, int], None] | None = None
 
 
 def renewed_by_other(server: FakeApiServer, round_index: int) -> None:
@@ -70,6 +78,39 @@ def renewed_by_other(server: FakeApiServer, round_index: int) -> None:
 def conflict_on_put(server: FakeApiServer, round_index: int) -> None:
     if round_index == 0:
         server.fail("PUT", LEASE_PATH, 409)
+
+
+def renewed_during_a_slow_get(server: FakeApiServer, clock: Clock, round_index: int) -> None:
+    """Round 0's GET takes 10 s, and the holder renews while it is on its way."""
+    if round_index == 0:
+        clock.now += 10
+        renewed_by_other(server, 1)
+
+
+def deleted(server: FakeApiServer, round_index: int) -> None:
+    if round_index == 1:
+        server.remove(*LEASES, NS, NAME)
+
+
+def recreated_released(server: FakeApiServer, round_index: int) -> None:
+    """Someone deletes the Lease and creates it again (a restore, a script): the count is 0."""
+    if round_index == 1:
+        server.remove(*LEASES, NS, NAME)
+        server.put(lease("", 0))
+
+
+def recreated_by_other(server: FakeApiServer, round_index: int) -> None:
+    if round_index == 1:
+        server.remove(*LEASES, NS, NAME)
+        server.put(lease("other", 0, renew="2026-01-05T09:01:00.000000Z"))
+
+
+def count_edited(value: Any) -> Callable[[FakeApiServer, int], None]:
+    def edit(server: FakeApiServer, round_index: int) -> None:
+        if round_index == 1:
+            server.edit(*LEASES, NS, NAME, {"spec": {"leaseTransitions": value}})
+
+    return edit
 
 
 CASES = [
@@ -114,7 +155,168 @@ CASES = [
         [GET, PUT],
         conflict_on_put,
     ),
+    # A renewal is dated when our read of it came back, not when we sent the GET.
+    Case(
+        "slow GET: a renewal read by it is valid for lease_duration after the response",
+        lease("other", 2),
+        [0, 15.1],  # round 0's response comes at 10
+        False,
+        -1,
+        "other",
+        [GET, GET],
+        during_get=renewed_during_a_slow_get,
+    ),
+    Case(
+        "slow GET: the Lease expires lease_duration after the response that showed the renewal",
+        lease("other", 2),
+        [0, 25.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+        during_get=renewed_during_a_slow_get,
+    ),
+    # A Lease is input: anything someone else wrote is read totally, never raised.
+    Case(
+        "a foreign duration of 10^9 s counts as 10 x ours: valid at 149.9 s",
+        lease("other", 2, leaseDurationSeconds=10**9),
+        [0, 149.9],
+        False,
+        -1,
+        "other",
+        [GET, GET],
+    ),
+    Case(
+        "a foreign duration of 10^9 s counts as 10 x ours: expired at 150.1 s",
+        lease("other", 2, leaseDurationSeconds=10**9),
+        [0, 150.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+    ),
+    Case(
+        "a negative duration counts as ours",
+        lease("other", 2, leaseDurationSeconds=-5),
+        [0, 14.9],
+        False,
+        -1,
+        "other",
+        [GET, GET],
+    ),
+    Case(
+        "a duration that is no number counts as ours",
+        lease("other", 2, leaseDurationSeconds="soon"),
+        [0, 14.9, 15.1],
+        True,
+        3,
+        "me",
+        [GET, GET, GET, PUT],
+    ),
+    Case(
+        "a holder that is no string is somebody's: valid until it expires",
+        lease(0, 2),
+        [0, 14.9],
+        False,
+        -1,
+        0,
+        [GET, GET],
+    ),
+    Case(
+        "a holder that is no string is somebody's: it expires like anybody's",
+        lease(0, 2),
+        [0, 15.1],
+        True,
+        3,
+        "me",
+        [GET, GET, PUT],
+    ),
+    Case(
+        "a count that is no number: a token anyway",
+        lease("", "seven"),
+        [0],
+        True,
+        0,
+        "me",
+        [GET, PUT],
+    ),
+    Case("a negative count: a token anyway", lease("", -3), [0], True, 0, "me", [GET, PUT]),
+    Case(
+        "a spec that is no object reads as empty (released, count 0)",
+        {**lease("", 0), "spec": "garbage"},
+        [0],
+        True,
+        1,
+        "me",
+        [GET, PUT],
+    ),
+    # The token never goes back to one used before, whatever happens to the Lease.
+    Case(
+        "deleted while we lead: recreated with a token above ours",
+        lease("me", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, PUT, GET, POST],
+        deleted,
+    ),
+    Case(
+        "recreated released with count 0 after we saw 5: we write 6",
+        lease("other", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, GET, PUT],
+        recreated_released,
+    ),
+    Case(
+        "recreated by another holder with count 0 after we saw 5: at its expiry we write 6",
+        lease("other", 5),
+        [0, 2, 17.1],
+        True,
+        6,
+        "me",
+        [GET, GET, GET, PUT],
+        recreated_by_other,
+    ),
+    Case(
+        "our count edited down while we lead: a new token above the old",
+        lease("me", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, PUT, GET, PUT],
+        count_edited(0),
+    ),
+    Case(
+        "our count overwritten with garbage while we lead: a new token, the count mended",
+        lease("me", 5),
+        [0, 2],
+        True,
+        6,
+        "me",
+        [GET, PUT, GET, PUT],
+        count_edited("x"),
+    ),
 ]
+
+
+async def one_round(
+    server: FakeApiServer, elector: LeaseElector, clock: Clock, case: Case, index: int
+) -> None:
+    if case.during_get is None:
+        await elector.tick()
+        return
+    gate = asyncio.Event()
+    server.hold("GET", LEASE_PATH, gate)
+    ticking = asyncio.create_task(elector.tick())
+    await eventually(lambda: server.held == 1)
+    case.during_get(server, clock, index)
+    gate.set()
+    await ticking
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -126,7 +328,7 @@ async def test_election_round(case: Case) -> None:
     for index, instant in enumerate(case.rounds):
         case.between(server, index)
         clock.now = instant
-        await elector.tick()
+        await one_round(server, elector, clock, case, index)
     assert server.calls == case.calls
     assert elector.is_leading() is case.leading
     if case.leading:
@@ -187,4 +389,85 @@ def test_timings_that_could_let_two_leaders_act_are_refused(
     duration: float, deadline: float, retry: float
 ) -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
+        ElectionConfig(NS, NAME, duration, deadline, retry)
+
+
+async def test_a_leader_whose_lease_is_deleted_stops_leading_before_it_creates_another() -> None:
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("me", 5))
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    assert (elector.is_leading(), elector.token) == (True, 5)
+    server.remove(*LEASES, NS, NAME)
+    gate = asyncio.Event()
+    server.hold("POST", LEASE_PATH.rsplit("/", 1)[0], gate)
+    clock.now = 2
+    creating = asyncio.create_task(elector.tick())
+    await eventually(lambda: server.held == 1)
+    assert not elector.is_leading()  # token 5 means nothing now: no write may carry it
+    gate.set()
+    await creating
+    assert (elector.is_leading(), elector.token) == (True, 6)
+
+
+async def test_each_bad_value_of_the_lease_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("other", 2, leaseDurationSeconds="soon"))
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    with caplog.at_level(logging.WARNING, logger="cronlease.leadership"):
+        for instant in (0, 2, 4):
+            clock.now = instant
+            await elector.tick()
+        server.edit(*LEASES, NS, NAME, {"spec": {"leaseDurationSeconds": "later"}})
+        for instant in (6, 8):
+            clock.now = instant
+            await elector.tick()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "'soon'" in warnings[0]
+    assert "'later'" in warnings[1]
+
+
+async def test_verify_refuses_a_count_that_is_no_number() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    server.edit(*LEASES, NS, NAME, {"spec": {"leaseTransitions": "0x"}})
+    assert not await elector.verify()
+    assert not elector.is_leading()
+
+
+@pytest.mark.parametrize(
+    ("duration", "deadline", "written"),
+    [(15, 10, 15), (10.4, 10, 11), (10.5, 10, 11), (10.0001, 10, 11), (2.2, 2.1, 3)],
+)
+async def test_the_duration_on_the_wire_is_rounded_up_above_the_renew_deadline(
+    duration: float, deadline: float, written: int
+) -> None:
+    server, clock = FakeApiServer(), Clock()
+    config = ElectionConfig(NS, NAME, duration, deadline, retry_period=1)
+    elector = LeaseElector(KubeApi(server), "me", config, clock)
+    await elector.tick()  # creates the Lease
+    await elector.tick()  # renews it
+    stored = server.get(*LEASES, NS, NAME)
+    assert stored is not None
+    assert stored["spec"]["leaseDurationSeconds"] == written
+    assert stored["spec"]["leaseDurationSeconds"] > deadline
+
+
+@pytest.mark.parametrize(
+    ("duration", "deadline", "retry"),
+    [
+        (math.inf, 10, 2),
+        (math.nan, 10, 2),
+        (15, math.nan, 2),
+        (15, 10, math.nan),
+        (15, 10, -math.inf),
+        (1e10, 10, 2),  # more seconds than the Lease's int32 can say
+    ],
+)
+def test_timings_that_are_no_finite_seconds_are_refused(
+    duration: float, deadline: float, retry: float
+) -> None:
+    with pytest.raises(ValueError, match=r"finite|2\^31|retry period < renew deadline"):
         ElectionConfig(NS, NAME, duration, deadline, retry)
