@@ -193,7 +193,9 @@ class Applier:
             if write is not None:
                 await self._write_status(write)
             # Recorded now: the runs created and the existing Jobs recorded by this decision.
-            recorded = [PlannedRelease(job.name, job.uid) for _, job in decision.recorded if job.held]
+            recorded = [
+                PlannedRelease(job.name, job.uid) for _, job in decision.recorded if job.held
+            ]
             for release in [*decision.releases, *created, *recorded]:
                 await self._release(sj.namespace, release)
         except TemplateRefused as refused:

@@ -8,8 +8,8 @@ from resurrecting an object whose deletion the watch already delivered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,6 +203,13 @@ class Model:
         not (decide() tells them apart)."""
         return list(self._jobs_by_owner.get((namespace, owner_uid), {}).values())
 
+    def jobs_for(self, namespace: str, name: str, uid: str) -> list[JobInfo]:
+        """What a decision about the ScheduledJob reads: its Jobs, and the Jobs labelled for it
+        that still hold the slot-record finalizer but are no longer its own (an owner reference
+        removed by a user), which decide() releases."""
+        strays = [job for job in self.held_jobs((namespace, name)) if job.owner_uid != uid]
+        return [*self.jobs_of(namespace, uid), *strays]
+
     def name_taken(self, namespace: str, owner_uid: str, info: JobInfo) -> None:
         """A Job the leader did not write holds a name the ScheduledJob `owner_uid` needs (its
         create met AlreadyExists): its decisions see it as untrusted, whatever owns it."""
@@ -216,9 +223,11 @@ class Model:
 
     def _unhold(self, stored: StoredJob) -> None:
         if stored.owner:
-            held = self._held.get(stored.owner)
-            if held is not None and held.pop(stored.info.name, None) and not held:
-                del self._held[stored.owner]
+            entries = self._held.get(stored.owner)
+            if entries is not None:
+                entries.pop(stored.info.name, None)
+                if not entries:
+                    del self._held[stored.owner]
 
     def _forget_job(self, stored: StoredJob) -> None:
         self._unhold(stored)

@@ -20,7 +20,7 @@ ANNOTATION_LEADER = f"{GROUP}/leader"
 ANNOTATION_FENCING_TOKEN = f"{GROUP}/fencing-token"
 # Held on a Job from its creation until its slot is recorded in its ScheduledJob's status, so the
 # Job cannot vanish (TTL, a user, history cleanup) while nothing durable says the slot ran
-# (docs/design-notes.md, item 20).
+# (docs/design-notes.md, item 21).
 FINALIZER_SLOT_RECORD = f"{GROUP}/slot-record"
 
 TRIGGER_SCHEDULE = "Schedule"

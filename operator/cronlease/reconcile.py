@@ -107,10 +107,6 @@ class ScheduledJobView:
     def ref(self) -> ObjectRef:
         return ObjectRef(self.namespace, self.name, self.uid)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.namespace, self.name
-
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -178,7 +174,7 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     # (made or edited by a user, forged by a tenant) are never counted, recorded or deleted; a
     # slot whose Job name one of them holds is skipped as a conflict.
     owned = [job for job in jobs if job.owner_uid == sj.uid and job.trusted]
-    taken = frozenset(job.name for job in jobs if job.owner_uid == sj.uid and not job.trusted)
+    taken = frozenset(job.name for job in jobs if job.owner_uid != sj.uid or not job.trusted)
     try:
         spec = parse_spec(sj.name, sj.spec)
     except SpecError as error:
@@ -415,9 +411,7 @@ def _handle_run_now(
             )
         )
         return
-    if _admit(
-        spec, owned, decision, now, TRIGGER_MANUAL
-    ):
+    if _admit(spec, owned, decision, now, TRIGGER_MANUAL):
         decision.runs.append(run)
 
 

@@ -112,11 +112,7 @@ class Scheduler:
         return await self.applier.apply(obj, self._decide)
 
     async def _decide(self, sj: ScheduledJobView) -> Decision:
-        # Its Jobs, and the Jobs labelled for it that still hold the finalizer but are no longer
-        # its own (an owner reference removed): decide() releases those.
-        jobs = self.model.jobs_of(sj.namespace, sj.uid)
-        jobs += [job for job in self.model.held_jobs(sj.key) if job.owner_uid != sj.uid]
-        now = datetime.now(UTC)
+        jobs, now = self.model.jobs_for(sj.namespace, sj.name, sj.uid), datetime.now(UTC)
         # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
         behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
         if now - behind > LONG_CATCH_UP:

@@ -251,9 +251,7 @@ class FakeApiServer:
                 self.held -= 1
             if fault.status:
                 raise _status(fault.status, "Injected", fault.message or "injected fault")
-        result = self._handle(
-            method, path, copy.deepcopy(body), dict(query or []), content_type
-        )
+        result = self._handle(method, path, copy.deepcopy(body), dict(query or []), content_type)
         if fault is not None and fault.lose:
             raise ResponseLost(f"{method} {path}: response lost")
         await asyncio.sleep(0)  # a real response always yields to the loop
@@ -425,7 +423,9 @@ class FakeApiServer:
         if obj["metadata"].get("finalizers"):
             if not obj["metadata"].get("deletionTimestamp"):
                 marked = copy.deepcopy(obj)
-                marked["metadata"]["deletionTimestamp"] = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+                marked["metadata"]["deletionTimestamp"] = self.clock().strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"
+                )
                 self._store(key, marked, "MODIFIED")
             return
         del self.objects[key]

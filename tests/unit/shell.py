@@ -83,10 +83,27 @@ class Shell:
         return obj
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
-        return decide(sj, self.model.jobs_of(sj.namespace, sj.uid), self.now)
+        return decide(sj, self.model.jobs_for(sj.namespace, sj.name, sj.uid), self.now)
 
     async def apply(self, name: str, obj: dict[str, Any] | None = None) -> Applied:
         return await self.applier.apply(obj or self.current(name), self.decide)
+
+    def successor(self, leadership: Leadership | None = None) -> Shell:
+        """The next leader after a crash or a handover: a cold model, filled from a listing."""
+        after = Shell(self.server, leadership or SoleLeader("leader-b"), self.now)
+        for job in self.jobs():
+            after.model.upsert_job(job)
+        for obj in self.server.items(*SCHEDULEDJOBS, NAMESPACE):
+            after.model.upsert_scheduledjob(obj)
+        return after
+
+    def created_jobs(self) -> list[str]:
+        """The name of every Job ever created (the fake's history, deleted Jobs included)."""
+        return [
+            change.obj["metadata"]["name"]
+            for _, change in self.server.history
+            if change.resource == JOBS and change.event_type == "ADDED"
+        ]
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.server.items(*JOBS, NAMESPACE)

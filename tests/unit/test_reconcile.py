@@ -1457,7 +1457,9 @@ def test_dst_spring_forward_next_schedule_time() -> None:
 
 def test_jobs_of_other_scheduled_jobs_are_ignored_everywhere() -> None:
     foreign = [
-        job("backup-29460240", uid="uid-f1", owner_uid=OTHER_UID),  # same name as H12's Job
+        job(
+            "other-29460240", uid="uid-f1", owner_uid=OTHER_UID
+        ),  # (one with H12's name: test_trust)
         job("backup-done", uid="uid-f2", owner_uid=OTHER_UID, state=SUCCEEDED, finished_at=H09),
     ]
     raw = spec(successfulJobsHistoryLimit=0, concurrencyPolicy="Forbid")

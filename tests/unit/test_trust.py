@@ -13,7 +13,6 @@ import pytest
 from builders import (
     HOURLY,
     NAMESPACE,
-    OWNER_REF,
     UID,
     condition,
     job,
@@ -31,7 +30,6 @@ from cronlease.model import Model
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
-    ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
     FINALIZER_SLOT_RECORD,
@@ -175,7 +173,8 @@ def test_a_forged_job_with_the_slots_name_is_a_conflict_not_a_run() -> None:
     it was adopted as the slot's run, and its result reported as the ScheduledJob's."""
     raw = spec(concurrencyPolicy="Forbid")
     decision = decide(view(raw, status=processed(raw, H10)), [FORGED], H11)
-    assert decision.runs == [] and decision.recorded == []
+    assert decision.runs == []
+    assert decision.recorded == []
     assert skip_counts(decision) == {CONFLICT: 1}
     assert [(e.type, e.reason) for e in decision.events] == [("Warning", "SkippedNameConflict")]
     assert decision.status["runsCreated"] == 0
@@ -262,7 +261,9 @@ def test_a_run_now_jobs_finalizer_goes_once_its_token_is_settled(
         held=True,
     )
     decision = decide(sj, [manual], H11)
-    assert [release.job_name for release in decision.releases] == ([manual.name] if released else [])
+    assert [release.job_name for release in decision.releases] == (
+        [manual.name] if released else []
+    )
 
 
 def test_resuming_records_the_suspensions_slots_once_as_suspended() -> None:
