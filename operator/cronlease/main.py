@@ -117,6 +117,11 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
     return LeaseElector(api, identity, config)
 
 
+# How long a graceful stop lets the reconciles in flight finish (their status writes, and the
+# finalizers those release) before the Lease is given up; well within the pod's grace period.
+SHUTDOWN_GRACE = 5.0
+
+
 async def run(args: argparse.Namespace) -> None:
     identity = f"{args.identity}-{uuid.uuid4().hex[:6]}"
     api = connect(args.max_concurrency)
@@ -139,7 +144,8 @@ async def run(args: argparse.Namespace) -> None:
     async def hand_over() -> None:
         """Stop acting first, then give the Lease up so a standby takes over at once (the
         elector stops itself inside release(), after any Lease write in flight)."""
-        tasks[0].cancel()  # the scheduler
+        tasks[0].cancel()  # the scheduler's loop: nothing new starts
+        await scheduler.finish(SHUTDOWN_GRACE)
         await leadership.release()
         for task in tasks:
             task.cancel()

@@ -9,6 +9,7 @@ wakes an object whenever its ScheduledJob or one of its Jobs changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from datetime import UTC, datetime, timedelta
@@ -140,6 +141,14 @@ class Scheduler:
             self.wakeups.notify(key)
         if applied.wake_at is not None:
             self.wakeups.notify(key, applied.wake_at)
+
+    async def finish(self, grace: float) -> None:
+        """A graceful stop, once run() is cancelled: the reconciles in flight complete their
+        writes for up to `grace` seconds while the Lease is still ours, so that no Job is left
+        holding its slot-record finalizer for a next leader that may never come (an uninstall)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self.drain()
 
     async def drain(self) -> None:
         """Wait for the reconciles in flight and their Events (tests end with it)."""

@@ -250,21 +250,24 @@ def test_suspend_skips_and_records_and_resume_runs_nothing_retroactively(
     )
     suspended = wait_for(
         lambda: (
-            (s := status_of(kube, namespace, "pause")).get("slotsSkipped", {}).get("Suspended", 0)
-            >= 2
-            and s
+            (s := status_of(kube, namespace, "pause")).get("nextScheduleTime", "") is None and s
         ),
         15,
-        "suspended slots to be recorded",
+        "the suspension to be observed",
     )
     assert condition({"status": suspended}, "Suspended") == "True"
-    assert suspended.get("nextScheduleTime") is None
     count = len(jobs_of(kube, namespace, "pause"))
+    wait_until(datetime.now(UTC) + timedelta(seconds=4))  # two slots pass while suspended
     resumed_at = datetime.now(UTC)
     kube.run(
         "patch", "sj", "pause", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
     )
     wait_for(lambda: len(jobs_of(kube, namespace, "pause")) > count, 15, "runs after resuming")
+    skipped = status_of(kube, namespace, "pause")["slotsSkipped"]["Suspended"]
+    assert skipped >= 2, skipped  # recorded at the decision after the resume at the latest
+    events = [e for e in events_of(kube, namespace, "pause") if e["reason"] == "SkippedSuspended"]
+    assert events, "the suspended slots are reported"
+    assert {e["type"] for e in events} == {"Normal"}  # asked for: not a Warning
     after = sorted(scheduled_at(j) for j in jobs_of(kube, namespace, "pause"))[count:]
     assert all(slot >= resumed_at - timedelta(seconds=1) for slot in after), after
     assert condition({"status": status_of(kube, namespace, "pause")}, "Suspended") == "False"
