@@ -13,8 +13,11 @@ import json
 import signal
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from devcluster import faultproxy
+from devcluster.faultproxy import Rule
 from devcluster.replica import LEASE, OPERATOR_NAMESPACE, OperatorProcess
 from kube import (
     LABEL,
@@ -210,20 +213,46 @@ def test_the_lease_deleted_while_leading_never_lowers_the_token(
     )
 
 
-def test_namespace_deletion_completes_once_the_operator_is_gone(
-    kube: Kube, namespace: str, operator: OperatorProcess
-) -> None:
-    """A graceful stop lets the reconciles in flight record their runs and release their Jobs:
-    nothing is left holding the finalizer, so deleting the namespace never waits on us."""
-    kube.apply(scheduledjob("tidy", namespace, schedule="* * * * * *", duration="30s"))
-    wait_for(lambda: len(jobs_of(kube, namespace, "tidy")) >= 3, 15, "a few runs")
-    operator.stop(signal.SIGTERM)
-    held = [
+# Status writes held for 2 s: a stop always meets a Job that holds the finalizer.
+SLOW_STATUS = Rule(
+    "PATCH", r"/apis/cronlease\.io/v1alpha1/namespaces/[^/]+/scheduledjobs/[^/]+/status$",
+    "delay", seconds=2.0,
+)  # fmt: skip
+
+
+def held(kube: Kube, namespace: str) -> list[str]:
+    return [
         job["metadata"]["name"]
         for job in kube.items("jobs", namespace)
         if FINALIZER in (job["metadata"].get("finalizers") or [])
     ]
-    assert held == [], f"left holding the finalizer: {held}"
+
+
+def test_namespace_deletion_completes_once_the_operator_is_gone(
+    kube: Kube,
+    namespace: str,
+    operator: OperatorProcess,
+    k8s_cluster: Any,
+    operator_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """A graceful stop lets the reconciles in flight record their runs and release their Jobs
+    (here while a status write is held): nothing is left holding the finalizer, so deleting the
+    namespace once the operator is gone (an uninstall) never waits on it."""
+    operator.stop()  # the session's operator: the proxied one below leads alone
+    with faultproxy.running(
+        Path(k8s_cluster.kubeconfig), operator_kubeconfig, [SLOW_STATUS], tmp_path
+    ) as proxy:
+        slow = OperatorProcess(proxy.kubeconfig, tmp_path, "slow")
+        slow.start()
+        try:
+            kube.apply(scheduledjob("tidy", namespace, schedule="* * * * * *", duration="30s"))
+            wait_for(lambda: held(kube, namespace), 20, "a run whose status write is held")
+            slow.stop(signal.SIGTERM)
+        finally:
+            if slow.running:
+                slow.stop(signal.SIGKILL)
+    assert held(kube, namespace) == [], "a Job was left holding the finalizer"
     kube.run("delete", "namespace", namespace, "--wait=false")
     wait_for(
         lambda: kube.run("get", "namespace", namespace, check=False).returncode != 0,
