@@ -342,6 +342,7 @@ class Applier:
             raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
         except TransportError as error:
             raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
+        self.model.released(namespace, release.job_name)
 
     def _record(
         self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision

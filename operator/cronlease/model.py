@@ -122,6 +122,9 @@ class Model:
         # few (a finalizer is held for milliseconds), and the only way to find one whose owner
         # reference was removed or whose ScheduledJob is gone, so that it never blocks deletion.
         self._held: dict[Key, dict[str, JobInfo]] = {}
+        # Held Jobs whose labels stopped matching the Job watch (a user relabelled one): no event
+        # will tell of them again, so they stay listed above, for release, until released.
+        self._out_of_sight: dict[Key, Key] = {}  # Job -> the ScheduledJob that lists it
         self._tombstones: dict[tuple[str, Key], int] = {}
 
     # ScheduledJobs
@@ -162,6 +165,8 @@ class Model:
         stored = self._jobs[key] = _stored_job(obj)
         info = stored.info
         previous = None
+        if key in self._out_of_sight:  # back in sight (its label restored)
+            self.released(*key)
         if current is not None and current.owner_key != stored.owner_key:
             # Its owner reference was removed or changed (a user keeping a Job for debugging):
             # it leaves its former owner, which must not count it as active any more.
@@ -187,6 +192,33 @@ class Model:
         self._bury("job", obj)
         stored = self._jobs.pop(key) if key in self._jobs else _stored_job(obj)
         self._forget_job(stored)
+        info = job_info(obj)
+        if info.held and stored.owner:
+            # A Job that holds our finalizer cannot be gone: it left the watch's label selector.
+            # Untrusted from now on, it is still released by the ScheduledJob it was labelled for.
+            self._held.setdefault(stored.owner, {})[info.name] = dataclasses.replace(
+                info, trusted=False
+            )
+            self._out_of_sight[key] = stored.owner
+
+    def released(self, namespace: str, name: str) -> None:
+        """The leader removed the Job's finalizer: so the model says at once, before the watch
+        event (a decision in between would release it again); one out of sight is forgotten."""
+        key = (namespace, name)
+        owner = self._out_of_sight.pop(key, None)
+        stored = self._jobs.get(key)
+        if stored is not None and stored.info.held:
+            info = dataclasses.replace(stored.info, held=False)
+            self._jobs[key] = dataclasses.replace(stored, info=info)
+            owned = self._jobs_by_owner.get(stored.owner_key) if stored.owner_key else None
+            if owned is not None and name in owned:
+                owned[name] = info
+            owner = owner or stored.owner
+        entries = self._held.get(owner) if owner else None
+        if owner and entries is not None:
+            entries.pop(name, None)
+            if not entries:
+                del self._held[owner]
 
     def forget_unlisted_jobs(self, namespace: str, listed: set[Key], version: str) -> None:
         """After a full listing of `namespace` ("" for all) at resourceVersion `version`, whose
@@ -207,8 +239,12 @@ class Model:
         """What a decision about the ScheduledJob reads: its Jobs, and the Jobs labelled for it
         that still hold the slot-record finalizer but are no longer its own (an owner reference
         removed by a user), which decide() releases."""
-        strays = [job for job in self.held_jobs((namespace, name)) if job.owner_uid != uid]
-        return [*self.jobs_of(namespace, uid), *strays]
+        owned = self.jobs_of(namespace, uid)
+        names = {job.name for job in owned}
+        return [
+            *owned,
+            *(job for job in self.held_jobs((namespace, name)) if job.name not in names),
+        ]
 
     def name_taken(self, namespace: str, owner_uid: str, info: JobInfo) -> None:
         """A Job the leader did not write holds a name the ScheduledJob `owner_uid` needs (its

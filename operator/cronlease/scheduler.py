@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from cronlease import backoff, metrics
@@ -39,6 +40,8 @@ class Scheduler:
         jobs_listed: asyncio.Event,
         namespaces: tuple[str, ...] = (),
         max_concurrency: int = 64,
+        applier: Applier | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.api = api
         self.leadership = leadership
@@ -47,7 +50,8 @@ class Scheduler:
         # Set by the Job watch once its first listing is in the model (cronlease.jobwatch).
         self._jobs_listed = jobs_listed
         self.namespaces = namespaces
-        self.applier = Applier(api, leadership, model, max_concurrency)
+        self.applier = applier or Applier(api, leadership, model, max_concurrency)
+        self._clock = clock  # "now" for decisions (tests pass their own)
         self._in_flight: set[Key] = set()
         self._rerun: set[Key] = set()
         self._failures: dict[Key, int] = {}
@@ -97,7 +101,7 @@ class Scheduler:
 
     async def _reconcile(self, key: Key) -> None:
         try:
-            applied = await self._apply(key)
+            applied = await self.reconcile(key)
         except Exception as error:  # a bug must never stop the loop: back off, log it whole
             log.exception("%s/%s: reconcile failed", *key)
             applied = Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
@@ -105,15 +109,16 @@ class Scheduler:
             self._in_flight.discard(key)
         self._plan(key, applied)
 
-    async def _apply(self, key: Key) -> Applied:
+    async def reconcile(self, key: Key) -> Applied:
+        """One reconcile of the ScheduledJob `key` (or of the Jobs it leaves behind, if gone)."""
         obj = self.model.scheduledjob(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             # Gone: its Jobs go with it (the garbage collector), and none may wait on us.
             return await self.applier.release(key[0], self.model.held_jobs(key))
-        return await self.applier.apply(obj, self._decide)
+        return await self.applier.apply(obj, self.decide)
 
-    async def _decide(self, sj: ScheduledJobView) -> Decision:
-        jobs, now = self.model.jobs_for(sj.namespace, sj.name, sj.uid), datetime.now(UTC)
+    async def decide(self, sj: ScheduledJobView) -> Decision:
+        jobs, now = self.model.jobs_for(sj.namespace, sj.name, sj.uid), self._clock()
         # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
         behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
         if now - behind > LONG_CATCH_UP:

@@ -250,12 +250,14 @@ def test_suspend_skips_and_records_and_resume_runs_nothing_retroactively(
     )
     suspended = wait_for(
         lambda: (
-            (s := status_of(kube, namespace, "pause")).get("nextScheduleTime", "") is None and s
+            (s := status_of(kube, namespace, "pause"))
+            and condition({"status": s}, "Suspended") == "True"
+            and s
         ),
         15,
         "the suspension to be observed",
     )
-    assert condition({"status": suspended}, "Suspended") == "True"
+    assert suspended.get("nextScheduleTime") is None
     count = len(jobs_of(kube, namespace, "pause"))
     wait_until(datetime.now(UTC) + timedelta(seconds=4))  # two slots pass while suspended
     resumed_at = datetime.now(UTC)

@@ -15,7 +15,7 @@ from cronlease.jobwatch import JobWatch
 from cronlease.kube import JOBS, SCHEDULEDJOBS, KubeApi
 from cronlease.leadership import Leadership, SoleLeader
 from cronlease.model import Key, Model
-from cronlease.reconcile import Decision, ScheduledJobView, decide
+from cronlease.scheduler import Scheduler
 from cronlease.wakeups import WakeupQueue
 
 EVERY_MINUTE = "* * * * *"
@@ -69,6 +69,17 @@ class Shell:
         self.model = Model(self.wakeups.changed, on_job_change=self.wakeups.notify)
         self.applier = Applier(self.api, self.leadership, self.model, patience=patience)
         self.now = now
+        listed = asyncio.Event()
+        listed.set()  # the tests feed the model themselves
+        self.scheduler = Scheduler(
+            self.api,
+            self.leadership,
+            self.model,
+            self.wakeups,
+            listed,
+            applier=self.applier,
+            clock=lambda: self.now,
+        )
         Shell.made.append(self)
 
     def create(self, name: str, **spec: Any) -> dict[str, Any]:
@@ -82,11 +93,9 @@ class Shell:
         assert obj is not None
         return obj
 
-    async def decide(self, sj: ScheduledJobView) -> Decision:
-        return decide(sj, self.model.jobs_for(sj.namespace, sj.name, sj.uid), self.now)
-
     async def apply(self, name: str, obj: dict[str, Any] | None = None) -> Applied:
-        return await self.applier.apply(obj or self.current(name), self.decide)
+        """One reconcile of `name` (decided on `obj`, a copy the test chose, if given)."""
+        return await self.applier.apply(obj or self.current(name), self.scheduler.decide)
 
     def successor(self, leadership: Leadership | None = None) -> Shell:
         """The next leader after a crash or a handover: a cold model, filled from a listing."""

@@ -1,0 +1,245 @@
+"""Exactly once over the whole history: a model-based test of the shell on the fake API server.
+
+Hypothesis drives one ScheduledJob through any interleaving of time passing, decisions (on a
+current or a lagging model), creates and status writes whose responses are lost or refused,
+deletions by TTL, by users and by history cleanup, orphaning, corrupted annotations and labels,
+leader crashes and handovers, and host clock jumps. After every step:
+- no slot ever had two Jobs: no Job name was stored twice in the server's whole history;
+- the status accounts for every slot up to its cursor exactly once: runs + skips = slots, where
+  the slots are counted by arithmetic on the schedule (every 10 s), not by the operator's cron.
+At the end, with the faults gone, no Job still holds the slot-record finalizer for a recorded
+slot: nothing is left that would block a namespace deletion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from builders import CREATED, NAMESPACE
+from fakeapi import FakeApiServer, _seen_by, _Watch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from shell import Shell
+
+from cronlease.kube import JOBS, SCHEDULEDJOBS
+from cronlease.leadership import SoleLeader
+from cronlease.naming import (
+    ANNOTATION_SCHEDULED_AT,
+    FINALIZER_SLOT_RECORD,
+    LABEL_SCHEDULEDJOB,
+    parse_time,
+)
+
+NAME = "report"
+PERIOD = 10  # seconds: the schedule below
+SCHEDULE = "*/10 * * * * *"
+STATUS_PATH = r"/status$"
+JOB_CREATE = r"/jobs$"
+COMPLETE = {"conditions": [{"type": "Complete", "status": "True"}]}
+
+
+def slots_until(created: datetime, until: datetime) -> int:
+    """Slots of SCHEDULE in (created, until], by arithmetic."""
+    return math.floor(until.timestamp() / PERIOD) - math.floor(created.timestamp() / PERIOD)
+
+
+class History(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.now = CREATED
+        self.server = FakeApiServer(clock=lambda: self.now)
+        self.shells: list[Shell] = []
+        self.shell = self._leader()
+        self.fed = 0  # how much of the server's history the model has been fed
+        self.watch = _Watch(JOBS, NAMESPACE, LABEL_SCHEDULEDJOB)
+
+    def _leader(self) -> Shell:
+        shell = Shell(self.server, SoleLeader(f"leader-{len(self.shells)}"), self.now)
+        self.shells.append(shell)
+        return shell
+
+    def run(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
+
+    # The world
+
+    @initialize(
+        history_limit=st.integers(0, 2),
+        policy=st.sampled_from(["Allow", "Forbid", "Replace"]),
+        deadline=st.sampled_from([None, None, None, 60, 5, 0]),
+        ttl=st.sampled_from([None, 0]),
+    )
+    def create(
+        self, history_limit: int, policy: str, deadline: int | None, ttl: int | None
+    ) -> None:
+        self.ttl = ttl
+        self.shell.create(
+            NAME,
+            schedule=SCHEDULE,
+            successfulJobsHistoryLimit=history_limit,
+            failedJobsHistoryLimit=history_limit,
+            concurrencyPolicy=policy,
+            startingDeadlineSeconds=deadline,
+        )
+        self.created = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)["metadata"]
+        self.fed = len(self.server.history)
+
+    def sync(self) -> None:
+        """The watches deliver what the server stored since the model last heard (in order)."""
+        model = self.shell.model
+        for _, change in self.server.history[self.fed :]:
+            if change.resource == SCHEDULEDJOBS:
+                if change.event_type != "DELETED":
+                    model.upsert_scheduledjob(change.obj)
+                continue
+            line = _seen_by(self.watch, change)
+            if line is None:
+                continue
+            event = orjson.loads(line)
+            if event["type"] == "DELETED":
+                model.delete_job(event["object"])
+            else:
+                model.upsert_job(event["object"])
+        self.fed = len(self.server.history)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.server.items(*JOBS, NAMESPACE)
+
+    @rule(seconds=st.integers(1, 30))
+    def host_clock_jumps_back(self, seconds: int) -> None:
+        """The leader's clock goes back (NTP): decisions see an earlier now than before."""
+        self.shell.now = self.shell.now - timedelta(seconds=seconds)
+
+    @rule(seconds=st.integers(3, 25), watch_lags=st.booleans())
+    def time_passes_and_the_loop_runs(self, seconds: int, watch_lags: bool) -> None:
+        """Time passes, then a round of the loop: every key the model woke is reconciled (the
+        ScheduledJob, or the Jobs left labelled for one that does not exist); with a lagging
+        watch, the model has not heard of the latest changes yet."""
+        self.now += timedelta(seconds=seconds, milliseconds=137)
+        self.shell.now = self.now
+        if not watch_lags:
+            self.sync()
+        self.reconcile()
+
+    def reconcile(self) -> None:
+        keys = {(NAMESPACE, NAME), *self.shell.wakeups.pop_due()}
+        for key in sorted(keys):
+            self.run(self.shell.scheduler.reconcile(key))
+
+    @rule(what=st.sampled_from(["create", "status"]), lose=st.booleans())
+    def next_write_fails(self, what: str, lose: bool) -> None:
+        """The next such write fails: refused (500), or done but its response lost."""
+        path = JOB_CREATE if what == "create" else STATUS_PATH
+        skip = 1 if what == "create" else 0  # a create may follow the template's dry run
+        if lose:
+            self.server.lose("PATCH" if what == "status" else "POST", path, skip=skip)
+        else:
+            self.server.fail("PATCH" if what == "status" else "POST", path, 500, skip=skip)
+
+    @rule()
+    def status_write_conflicts(self) -> None:
+        """Someone else writes the ScheduledJob: the leader's next status write gets a 409."""
+        labels = {"touched": str(len(self.server.history))}
+        self.server.edit(*SCHEDULEDJOBS, NAMESPACE, NAME, {"metadata": {"labels": labels}})
+
+    @precondition(lambda self: bool(self.jobs()))
+    @rule(data=st.data())
+    def a_job_finishes(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(self.jobs()))
+        name = job["metadata"]["name"]
+        self.server.edit(*JOBS, NAMESPACE, name, {"status": COMPLETE})
+        if self.ttl == 0:  # the TTL controller, at once
+            self.server.remove(*JOBS, NAMESPACE, name)
+
+    @precondition(lambda self: bool(self.jobs()))
+    @rule(data=st.data())
+    def a_user_deletes_a_job(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(self.jobs()))
+        self.server.remove(*JOBS, NAMESPACE, job["metadata"]["name"])
+
+    @precondition(lambda self: bool(self.jobs()))
+    @rule(data=st.data(), how=st.sampled_from(["orphan", "annotation", "label", "unlabel"]))
+    def a_user_edits_a_job(self, data: st.DataObject, how: str) -> None:
+        job = data.draw(st.sampled_from(self.jobs()))
+        patch: dict[str, Any] = {
+            "orphan": {"metadata": {"ownerReferences": None}},
+            "annotation": {"metadata": {"annotations": {ANNOTATION_SCHEDULED_AT: "soon"}}},
+            "label": {"metadata": {"labels": {LABEL_SCHEDULEDJOB: "someone-else"}}},
+            "unlabel": {"metadata": {"labels": {LABEL_SCHEDULEDJOB: None}}},
+        }[how]
+        self.server.edit(*JOBS, NAMESPACE, job["metadata"]["name"], patch)
+
+    @rule(crash=st.booleans())
+    def a_new_leader(self, crash: bool) -> None:
+        """A crash (or a graceful handover): the next leader starts from a listing, cold."""
+        self.run(self.shell.applier.drain())
+        if not crash:
+            self.run(self.shell.leadership.release())
+        successor = self.shell.successor(SoleLeader(f"leader-{len(self.shells)}"))
+        self.shells.append(successor)
+        self.shell = successor
+        self.shell.now = self.now
+        self.fed = len(self.server.history)
+
+    # What must always hold
+
+    @invariant()
+    def no_slot_ever_had_two_jobs(self) -> None:
+        names = self.shell.created_jobs()
+        assert len(names) == len(set(names)), sorted(names)
+
+    @invariant()
+    def every_slot_up_to_the_cursor_is_accounted_for_once(self) -> None:
+        obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)
+        status = (obj or {}).get("status") or {}
+        processed = parse_time(status.get("processedUntil"))
+        if processed is None:
+            return
+        created = parse_time(self.created["creationTimestamp"])
+        assert created is not None
+        skipped = sum((status.get("slotsSkipped") or {}).values())
+        assert status["runsCreated"] + skipped == slots_until(created, processed), status
+        assert status["runsCreated"] <= len(self.shell.created_jobs())
+
+    def teardown(self) -> None:
+        try:
+            if hasattr(self, "created"):
+                self.server.faults.clear()
+                for _ in range(2):
+                    self.sync()
+                    self.reconcile()
+                self.sync()
+                self.nothing_recorded_is_held()
+        finally:
+            for shell in self.shells:
+                self.run(shell.applier.drain())
+                Shell.made.remove(shell)
+            self.loop.close()
+
+    def nothing_recorded_is_held(self) -> None:
+        obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)
+        processed = parse_time(((obj or {}).get("status") or {}).get("processedUntil"))
+        for job in self.jobs():
+            metadata = job["metadata"]
+            if FINALIZER_SLOT_RECORD not in (metadata.get("finalizers") or []):
+                continue
+            slot = parse_time((metadata.get("annotations") or {}).get(ANNOTATION_SCHEDULED_AT))
+            assert processed is not None, metadata
+            assert slot is not None, metadata
+            assert slot > processed, metadata
+
+
+History.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+test_the_whole_history = History.TestCase
