@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from cronlease import backoff, metrics
-from cronlease.events import post_event
+from cronlease.events import EventRecorder, EventSeries
 from cronlease.jobinfo import JobInfo, job_info
 from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi, TransportError
@@ -153,6 +153,7 @@ class Applier:
         self._act_pool = asyncio.Semaphore(max_concurrency)
         self._status_pool = asyncio.Semaphore(max(1, max_concurrency // 4))
         self._event_pool = asyncio.Semaphore(4)
+        self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
         self._background: set[asyncio.Task[None]] = set()
         self._checked_generation: dict[str, int] = {}  # ScheduledJob uid -> template dry-run
 
@@ -396,13 +397,19 @@ class Applier:
     # Events
 
     def _event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
-        """Events go out in the background: the hot path never waits for them."""
-        self._spawn(self._post_event(ref, event_type, reason, message))
+        """Events go out in the background: the hot path never waits for them. They are
+        aggregated (cronlease.events): one writer per Event at a time, and what occurs while it
+        waits goes out in its next write."""
+        series = self.events.record(ref, event_type, reason, message)
+        if series is not None:
+            self._spawn(self._post_event(series))
 
-    async def _post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
-        await self._creations.wait_turn()
-        async with self._event_pool:
-            await post_event(self.api, ref, event_type, reason, message, self.leadership.identity)
+    async def _post_event(self, series: EventSeries) -> None:
+        more = True
+        while more:
+            await self._creations.wait_turn()
+            async with self._event_pool:
+                more = await self.events.flush(series)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)

@@ -310,9 +310,21 @@ class KubeApi:
 
     # Events
 
-    async def create_event(self, event: dict[str, Any]) -> None:
+    async def create_event(self, event: dict[str, Any]) -> dict[str, Any]:
         path = resource_path(EVENTS, event["metadata"]["namespace"])
-        await self.transport.request("POST", path, event)
+        return await self.transport.request("POST", path, event)
+
+    async def get_event(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.transport.request("GET", resource_path(EVENTS, namespace, name))
+
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch; one that carries metadata.resourceVersion is conditional on it (409)."""
+        return await self.transport.request(
+            "PATCH",
+            resource_path(EVENTS, namespace, name),
+            patch,
+            content_type="application/merge-patch+json",
+        )
 
 
 def connect(max_connections: int = 64) -> KubeApi:

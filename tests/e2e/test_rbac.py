@@ -29,6 +29,8 @@ def can(kube: Kube, *args: str) -> bool:
         ("watch", "scheduledjobs.cronlease.io", "-A"),
         ("patch", "scheduledjobs.cronlease.io", "--subresource=status", "-n", "anywhere"),
         ("create", "events", "-n", "anywhere"),
+        ("patch", "events", "-n", "anywhere"),
+        ("get", "events", "-n", "anywhere"),
         ("update", f"leases.coordination.k8s.io/{LEASE}", "-n", OPERATOR_NAMESPACE),
     ],
     ids=lambda args: " ".join(args[:2]),

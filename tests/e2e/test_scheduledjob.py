@@ -150,6 +150,26 @@ def test_forbid_skips_and_records_slots_while_a_job_is_active(
     assert len(slots) == len(ran) + sum(status.get("slotsSkipped", {}).values()), (slots, status)
 
 
+def test_skipped_slots_make_one_event_with_a_count_not_one_per_decision(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """A per-second ScheduledJob whose slots are all skipped (Forbid behind one long Job): one
+    SkippedConcurrencyForbid Event counts the decisions, instead of a new Event each second."""
+    kube.apply(
+        scheduledjob(
+            "busy", namespace, duration="600s", schedule="* * * * * *", concurrencyPolicy="Forbid"
+        )
+    )
+    wait_for(lambda: jobs_of(kube, namespace, "busy"), 15, "the long Job")
+    wait_until(datetime.now(UTC) + timedelta(seconds=20))
+    events = events_of(kube, namespace, "busy")
+    assert len(events) <= 4, [(e["reason"], e.get("count")) for e in events]
+    [forbid] = [e for e in events if e["reason"] == "SkippedConcurrencyForbid"]
+    skipped = status_of(kube, namespace, "busy")["slotsSkipped"]["ConcurrencyForbid"]
+    assert 15 <= forbid["count"] <= skipped, (forbid["count"], skipped)
+    assert len(jobs_of(kube, namespace, "busy")) == 1
+
+
 def test_replace_deletes_the_active_job_and_starts_a_new_one(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -69,6 +69,7 @@ class Shell:
         self.model = Model(self.wakeups.changed, on_job_change=self.wakeups.notify)
         self.applier = Applier(self.api, self.leadership, self.model, patience=patience)
         self.now = now
+        self.applier.events.clock = lambda: self.now.timestamp()  # Events happen at `now`
         listed = asyncio.Event()
         listed.set()  # the tests feed the model themselves
         self.scheduler = Scheduler(
