@@ -118,6 +118,7 @@ class Model:
         self._scheduledjobs: dict[Key, StoredScheduledJob] = {}
         self._jobs: dict[Key, StoredJob] = {}
         self._jobs_by_owner: dict[OwnerKey, dict[str, JobInfo]] = {}
+        self._owners: dict[OwnerKey, Key] = {}  # the ScheduledJobs in the model, by uid
         # Jobs still holding the slot-record finalizer, by the ScheduledJob their label names:
         # few (a finalizer is held for milliseconds), and the only way to find one whose owner
         # reference was removed or whose ScheduledJob is gone, so that it never blocks deletion.
@@ -146,12 +147,16 @@ class Model:
         ):
             return
         self._scheduledjobs[key] = _pack(obj)
+        uid = obj["metadata"].get("uid")
+        if isinstance(uid, str):
+            self._owners[(key[0], uid)] = key
         self._on_change(key)
 
     def delete_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         self._bury("sj", obj)
         self._scheduledjobs.pop(key, None)
+        self._owners.pop((key[0], obj["metadata"].get("uid", "")), None)
 
     # Jobs
 
@@ -237,19 +242,29 @@ class Model:
 
     def jobs_for(self, namespace: str, name: str, uid: str) -> list[JobInfo]:
         """What a decision about the ScheduledJob reads: its Jobs, and the Jobs labelled for it
-        that still hold the slot-record finalizer but are no longer its own (an owner reference
-        removed by a user), which decide() releases."""
+        that still hold the slot-record finalizer but whose owner reference no longer names a
+        ScheduledJob (a user removed it), which decide() releases once its status is written.
+        A held Job whose owner reference names another ScheduledJob is that one's to release:
+        only its status can say whether the slot is recorded."""
         owned = self.jobs_of(namespace, uid)
         names = {job.name for job in owned}
-        return [
-            *owned,
-            *(job for job in self.held_jobs((namespace, name)) if job.name not in names),
-        ]
+        strays = [job for job in self.held_jobs((namespace, name)) if job.name not in names]
+        return [*owned, *(job for job in strays if self.creator(job) in (None, (namespace, name)))]
+
+    def creator(self, job: JobInfo) -> Key | None:
+        """The ScheduledJob in the model that the Job's owner reference names, if any."""
+        return self._owners.get((job.namespace, job.owner_uid)) if job.owner_uid else None
+
+    def ownerless_held_jobs(self, key: Key) -> list[JobInfo]:
+        """The held Jobs labelled for `key` that no ScheduledJob in the model owns: once `key`
+        is gone too, nothing can run their slots again."""
+        return [job for job in self.held_jobs(key) if self.creator(job) is None]
 
     def name_taken(self, namespace: str, owner_uid: str, info: JobInfo) -> None:
         """A Job the leader did not write holds a name the ScheduledJob `owner_uid` needs (its
         create met AlreadyExists): its decisions see it as untrusted, whatever owns it."""
-        taken = dataclasses.replace(info, owner_uid=owner_uid, trusted=False, held=False)
+        # Still `held` if it carries our finalizer (our own Job, orphaned): ours to release.
+        taken = dataclasses.replace(info, owner_uid=owner_uid, trusted=False)
         self._jobs_by_owner.setdefault((namespace, owner_uid), {})[info.name] = taken
 
     def held_jobs(self, key: Key) -> list[JobInfo]:

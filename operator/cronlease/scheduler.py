@@ -114,7 +114,7 @@ class Scheduler:
         obj = self.model.scheduledjob(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             # Gone: its Jobs go with it (the garbage collector), and none may wait on us.
-            return await self.applier.release(key[0], self.model.held_jobs(key))
+            return await self.applier.release(key[0], self.model.ownerless_held_jobs(key))
         return await self.applier.apply(obj, self.decide)
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
