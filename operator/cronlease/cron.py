@@ -19,16 +19,22 @@ any wall time whose slot is on the correct side of an instant and never miss a s
 
 Day-of-month and day-of-week combine with OR when both are restricted, like classic cron
 (croniter's default, kept on purpose so expressions mean what cron users expect).
+
+Counting is arithmetic, not enumeration (`Schedule.count_between`): the named wall times are
+the named days times the named times of day, so they are counted per day, and the time rule
+only moves the ends of the range and merges the wall times of each spring-forward gap.
 """
 
 from __future__ import annotations
 
+import calendar
 import copy
 import functools
 import re
-from collections.abc import Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from itertools import islice, takewhile
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -59,8 +65,15 @@ _HOST_ZONES = frozenset({"local", "localtime", "posixrules"})
 _FIRES_ANCHOR = datetime(2025, 1, 1, tzinfo=UTC)
 # From the anchor, Feb 29 is 3 years away (the 8-year gap is around 2100), Feb 30 never.
 _FIRES_HORIZON = timedelta(days=5 * 366)
-_COUNT_CAP = 1_000_000
 _SECOND = timedelta(seconds=1)
+_DAY = timedelta(days=1)
+# croniter's indices of day-of-month, month and day-of-week in its expanded fields.
+_DAY_FIELDS = (2, 3, 4)
+# A year of each kind (leap or not, weekday of January 1): the calendar of a year is that of
+# every other year of its kind. 2001-2028 holds all fourteen, far from croniter's limits.
+_SAMPLE_YEARS = {
+    (calendar.isleap(year), date(year, 1, 1).weekday()): year for year in range(2028, 2000, -1)
+}
 
 
 class ScheduleError(ValueError):
@@ -143,14 +156,28 @@ class Schedule:
         return recent
 
     def count_between(self, after: datetime, until: datetime) -> int:
-        """Exact number of slots in (after, until], capped at one million.
+        """Exact number of slots in (after, until], for any range, without enumerating them.
 
-        Counting needs no list, so it stays cheap in memory even where slots_between
-        would have to truncate; the cap bounds CPU for absurd ranges.
+        Every slot is the instant of a named wall time, and `_wall_not_after(t)` is the latest
+        wall time whose slot is at or before t (the time rule is monotone). So the slots in the
+        range are the instants of the named wall times in (wall_not_after(after),
+        wall_not_after(until)], counted by arithmetic on days (`_Calendar`, `_Clock`), less
+        the merges: all named wall times of a spring-forward gap, and the wall time ending it,
+        are one slot (the transition instant). The cost grows with the days in the range, not
+        with the slots: a year of per-second slots takes well under a millisecond. A schedule
+        that restricts days first has croniter walk the days of a year of each kind it meets
+        (`_Calendar`), about 10 ms per kind, once per Schedule.
         """
         after, until = _as_utc(after), _as_utc(until)
-        in_range = takewhile(lambda s: s <= until, self._slots_after(after))
-        return sum(1 for _ in islice(in_range, _COUNT_CAP))
+        if until <= after:
+            return 0
+        count = self._walls_between(self._wall_not_after(after), self._wall_not_after(until))
+        for change in self._clock_jumps(after, until):
+            merged = self._walls_between(
+                self._wall_not_after(change - _SECOND), self._wall_not_after(change)
+            )
+            count -= max(merged - 1, 0)
+        return count
 
     @property
     def _zone(self) -> ZoneInfo:
@@ -159,6 +186,51 @@ class Schedule:
     @property
     def _cron_expression(self) -> str:
         return MACROS.get(self.expression.lower(), self.expression)
+
+    def _walls_between(self, low: datetime, high: datetime) -> int:
+        """How many wall times the expression names in (low, high]; naive whole seconds."""
+        if high <= low:
+            return 0
+        clock, days = self._clock, self._calendar
+        up_to_low, up_to_high = clock.up_to(low), clock.up_to(high)
+        first, last = low.date(), high.date()
+        if first == last:
+            return up_to_high - up_to_low if days.names(first) else 0
+        count = days.count(first + _DAY, last - _DAY) * clock.per_day
+        if days.names(first):
+            count += clock.per_day - up_to_low
+        if days.names(last):
+            count += up_to_high
+        return count
+
+    def _clock_jumps(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        """The spring-forward transitions t of the zone with after < t <= until.
+
+        zoneinfo has no transition table, so compare the offset a day apart and bisect where it
+        grew (about a microsecond a day). A change undone within the day would go unseen; no two
+        transitions of any tzdata zone are less than three days apart.
+        """
+        if self.time_zone == "UTC":
+            return
+        zone = self._zone
+        start, offset = after, _utcoffset(after.astimezone(zone))
+        while start < until:
+            end = start + _DAY if until - start > _DAY else until
+            following = _utcoffset(end.astimezone(zone))
+            if following > offset:
+                yield _offset_change(zone, start, end)
+            start, offset = end, following
+
+    @functools.cached_property
+    def _clock(self) -> _Clock:
+        expanded = self._cron_template.expanded
+        seconds = expanded[5] if len(expanded) > len(_MINUTE_FIELDS) else [0]
+        return _Clock(_values(expanded[1], 24), _values(expanded[0], 60), _values(seconds, 60))
+
+    @functools.cached_property
+    def _calendar(self) -> _Calendar:
+        day, month, weekday = self._cron_expression.split()[-3:]
+        return _Calendar(croniter(f"0 0 {day} {month} {weekday}", _FIRES_ANCHOR))
 
     def _require_fires(self) -> None:
         """Reject expressions croniter accepts but that name no real date (Feb 30)."""
@@ -249,6 +321,89 @@ class Schedule:
         first_pass = local.replace(fold=0)
         change = _offset_change(self._zone, first_pass.astimezone(UTC), local.astimezone(UTC))
         return (change + _utcoffset(first_pass)).replace(tzinfo=None)
+
+
+class _Clock:
+    """The times of day an expression names: hours x minutes x seconds, counted by arithmetic."""
+
+    def __init__(
+        self, hours: tuple[int, ...], minutes: tuple[int, ...], seconds: tuple[int, ...]
+    ) -> None:
+        self.hours, self.minutes, self.seconds = hours, minutes, seconds
+        self.per_hour = len(minutes) * len(seconds)
+        self.per_day = len(hours) * self.per_hour
+
+    def up_to(self, moment: datetime) -> int:
+        """How many named times of day are at or before the time of day of `moment`."""
+        count = bisect_left(self.hours, moment.hour) * self.per_hour
+        if not _contains(self.hours, moment.hour):
+            return count
+        count += bisect_left(self.minutes, moment.minute) * len(self.seconds)
+        if not _contains(self.minutes, moment.minute):
+            return count
+        return count + bisect_right(self.seconds, moment.second)
+
+
+class _Calendar:
+    """The days an expression names, as croniter reads its day-of-month, month and day-of-week.
+
+    Which days of a year match depends only on whether it is a leap year and on the weekday of
+    its January 1 (fourteen kinds of year). croniter walks one year of each kind, once, at day
+    granularity, so L, W, # and the OR of day-of-month and day-of-week mean exactly what they
+    mean when croniter enumerates the slots themselves.
+    """
+
+    def __init__(self, days: croniter) -> None:
+        self._days = days
+        unrestricted = all(days.expanded[field] == ["*"] for field in _DAY_FIELDS)
+        self._every_day = unrestricted and not (days.nth_weekday_of_month or days.nearest_weekday)
+        self._years: dict[tuple[bool, int], tuple[int, ...]] = {}
+
+    def names(self, day: date) -> bool:
+        return self._every_day or _contains(self._year(day.year), day.timetuple().tm_yday)
+
+    def count(self, first: date, last: date) -> int:
+        """How many named days lie in [first, last]."""
+        if last < first:
+            return 0
+        if self._every_day:
+            return (last - first).days + 1
+        count = 0
+        for year in range(first.year, last.year + 1):
+            low = first.timetuple().tm_yday if year == first.year else 1
+            high = last.timetuple().tm_yday if year == last.year else 366
+            named = self._year(year)
+            count += bisect_right(named, high) - bisect_left(named, low)
+        return count
+
+    def _year(self, year: int) -> tuple[int, ...]:
+        """The named days of `year`, as ascending day-of-year numbers (January 1 is 1)."""
+        kind = (calendar.isleap(year), date(year, 1, 1).weekday())
+        named = self._years.get(kind)
+        if named is None:
+            named = self._years[kind] = self._walk(_SAMPLE_YEARS[kind])
+        return named
+
+    def _walk(self, year: int) -> tuple[int, ...]:
+        days = copy.copy(self._days)
+        days.set_current(datetime(year - 1, 12, 31, tzinfo=UTC), force=True)
+        named = []
+        try:
+            while (day := days.get_next(datetime)).year == year:
+                named.append(day.timetuple().tm_yday)
+        except ValueError:  # no named day within croniter's 50-year search
+            pass
+        return tuple(named)
+
+
+def _values(field: Sequence[int | str], size: int) -> tuple[int, ...]:
+    """A time field as croniter expanded it ('*' or numbers), as its sorted values."""
+    return tuple(range(size)) if field == ["*"] else tuple(sorted(int(value) for value in field))
+
+
+def _contains(values: tuple[int, ...], value: int) -> bool:
+    index = bisect_left(values, value)
+    return index < len(values) and values[index] == value
 
 
 def _cron_fields(expression: str) -> list[str]:

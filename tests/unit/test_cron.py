@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from zoneinfo import ZoneInfo
 
@@ -281,6 +281,71 @@ def test_count_is_exact_beyond_the_slot_limit() -> None:
     slots = schedule.slots_between(after, until)
     assert len(slots) == 1000
     assert slots[-1] == until
+
+
+def local(time_zone: str, year: int, month: int, day: int) -> datetime:
+    """Midnight of a local date: a window from one to the next holds that day's wall times."""
+    return datetime(year, month, day, tzinfo=ZoneInfo(time_zone))
+
+
+LORD_HOWE, CHATHAM = "Australia/Lord_Howe", "Pacific/Chatham"
+YEAR = 365 * 86_400  # seconds in 2025
+
+
+@pytest.mark.parametrize(
+    ("expression", "time_zone", "after", "until", "expected"),
+    [
+        pytest.param("* * * * * *", "UTC", utc(2025, 1, 1), utc(2026, 1, 1), YEAR,
+                     id="a-year-of-seconds"),
+        pytest.param("* * * * * *", "UTC", utc(2024, 1, 1), utc(2034, 1, 1), 3653 * 86_400,
+                     id="ten-years-of-seconds-three-leap-days"),
+        pytest.param("* * * * * *", "UTC", utc(1, 1, 1), utc(9999, 12, 31),
+                     (date(9999, 12, 31) - date(1, 1, 1)).days * 86_400,
+                     id="every-second-datetime-can-hold"),
+        # The spring gap's 3600 wall times fire with 03:00:00 as one slot; the repeated hour once.
+        pytest.param("* * * * * *", BERLIN, local(BERLIN, 2025, 1, 1), local(BERLIN, 2026, 1, 1),
+                     YEAR - 3600, id="berlin-year-of-seconds"),
+        # 9 seconds a minute; the gap holds 540 named wall times, merged with 03:00:00.
+        pytest.param("*/7 * * * * *", BERLIN, local(BERLIN, 2025, 1, 1),
+                     local(BERLIN, 2026, 1, 1), 365 * 1440 * 9 - 540, id="berlin-year-every-7s"),
+        pytest.param("0 9 * * 1-5", NEW_YORK, local(NEW_YORK, 2025, 1, 1),
+                     local(NEW_YORK, 2026, 1, 1), 261, id="weekdays-of-2025"),
+        # Day-of-month OR day-of-week: 52 Fridays and 12 thirteenths, June 13 being both.
+        pytest.param("0 0 13 * 5", "UTC", utc(2025, 1, 1), utc(2026, 1, 1), 63,
+                     id="fridays-or-13ths"),
+        pytest.param("30 12 L * *", "UTC", utc(2024, 1, 1), utc(2028, 1, 1), 48,
+                     id="last-days-of-four-years"),
+        pytest.param("0 0 29 2 *", "UTC", utc(2001, 1, 1), utc(2401, 1, 1), 97,
+                     id="leap-days-of-400-years"),
+        pytest.param("0 * * * *", BERLIN, local(BERLIN, 2025, 3, 30), local(BERLIN, 2025, 3, 31),
+                     23, id="berlin-hourly-spring-day"),
+        pytest.param("0 * * * *", BERLIN, local(BERLIN, 2025, 10, 26),
+                     local(BERLIN, 2025, 10, 27), 24, id="berlin-hourly-fall-day"),
+        # 02:00 and 02:15 fall in the 30-minute gap and fire with 02:30, at the transition.
+        pytest.param("*/15 * * * *", LORD_HOWE, local(LORD_HOWE, 2025, 10, 5),
+                     local(LORD_HOWE, 2025, 10, 6), 94, id="lord-howe-half-hour-gap"),
+        pytest.param("*/15 * * * *", LORD_HOWE, local(LORD_HOWE, 2025, 4, 6),
+                     local(LORD_HOWE, 2025, 4, 7), 96, id="lord-howe-half-hour-repeat"),
+        # 02:45 to 03:30 fall in the gap and fire with 03:45.
+        pytest.param("*/15 * * * *", CHATHAM, local(CHATHAM, 2025, 9, 28),
+                     local(CHATHAM, 2025, 9, 29), 92, id="chatham-gap-at-02:45"),
+        pytest.param("*/15 * * * *", CHATHAM, local(CHATHAM, 2025, 4, 6),
+                     local(CHATHAM, 2025, 4, 7), 96, id="chatham-repeat"),
+        pytest.param("* * * * * *", "UTC", utc(2025, 1, 1, 0, 0, 0, 999_999),
+                     utc(2025, 1, 1, 0, 0, 3), 3, id="sub-second-after"),
+        pytest.param("* * * * * *", "UTC", utc(2025, 1, 1), utc(2025, 1, 1, 0, 0, 2, 999_999), 2,
+                     id="sub-second-until"),
+        pytest.param("* * * * *", "UTC", utc(2025, 1, 2), utc(2025, 1, 1), 0, id="reversed"),
+    ],
+)  # fmt: skip
+def test_count_between_known_counts(
+    expression: str, time_zone: str, after: datetime, until: datetime, expected: int
+) -> None:
+    """Counts with no cap, derived by hand; the small ones are also enumerated."""
+    schedule = Schedule.parse(expression, time_zone)
+    assert schedule.count_between(after, until) == expected
+    if expected <= 1000:
+        assert len(schedule.slots_between(after, until, limit=1001)) == expected
 
 
 # --- DST: the time rule ----------------------------------------------------------------

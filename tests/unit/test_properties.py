@@ -9,6 +9,8 @@ brute-force oracles of the time rule (the module docstring of cronlease.cron):
 * from the instant side: every minute (second) of the window is a slot exactly when its wall time
   is named on its first occurrence, or it ends a gap in which a named wall time was skipped.
 
+Counting: count_between, which is arithmetic, against the slot generator, which is the definition.
+
 decide(): random sequences of "now" fed to decide(), the status written back and the created Jobs
 added to the live model each time, as the shell does; bookkeeping invariants are checked throughout.
 """
@@ -20,7 +22,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from functools import cache
-from itertools import islice, pairwise
+from itertools import islice, pairwise, takewhile
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -50,7 +52,7 @@ from cronlease.reconcile import (
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]
 DST_ZONES = frozenset({"Europe/Berlin", "America/New_York", "Australia/Lord_Howe"})
 START, END = datetime(2024, 1, 1, tzinfo=UTC), datetime(2029, 1, 1, tzinfo=UTC)
-MINUTE, SECOND = timedelta(minutes=1), timedelta(seconds=1)
+MINUTE, SECOND, MICRO = timedelta(minutes=1), timedelta(seconds=1), timedelta(microseconds=1)
 # Wall times whose slot can fall in a window lie within this much of the window's wall times
 # (DST shifts the wall clock by at most an hour in these zones).
 WALL_MARGIN = timedelta(minutes=65)
@@ -524,6 +526,116 @@ def test_long_windows_chain_without_gaps(
     else:
         following = schedule.next_after(after)
         assert following is None or following > until
+
+
+# --- counting: arithmetic against enumeration ---------------------------------------------------
+
+# The zones above, and: Chatham (+12:45, DST at 02:45), Havana (clocks change at midnight, so a
+# local day can start at 01:00), Casablanca (a DST that goes back an hour for Ramadan).
+COUNT_ZONES = [*ZONES, "Pacific/Chatham", "America/Havana", "Africa/Casablanca"]
+# Day fields whose meaning croniter alone defines (last day, nearest weekday, nth weekday).
+SPECIAL_DAYS = ["L", "15W", "1W", "31W", "1,L", "L,15", "*/10,L"]
+SPECIAL_WEEKDAYS = ["5#2", "FRI#2", "mon#1", "1#5", "L5", "l0", "5#2,1#1", "5,L5"]
+# Slots enumerated per example at most (croniter takes tens of microseconds a slot).
+ENUMERATED = 1500
+
+
+@st.composite
+def counted_crons(draw: st.DrawFn) -> str:
+    """Expressions of every shape: dense or sparse times of day, day fields with L, W and #."""
+    seconds = draw(st.booleans())
+    fields = [field.text for field in draw(crons(seconds=seconds)).fields]
+    if draw(st.booleans()):  # sparse: a few times a day, so that windows span months and years
+        for index in range(len(fields) - 3):  # the time fields: [second] minute hour
+            top, most = (23, 3) if index == len(fields) - 4 else (59, 2)
+            values = draw(st.sets(st.integers(0, top), min_size=1, max_size=most))
+            fields[index] = ",".join(map(str, sorted(values)))
+    if draw(st.integers(0, 3)) == 0:
+        fields[-3] = draw(st.sampled_from(SPECIAL_DAYS))
+    if draw(st.integers(0, 3)) == 0:
+        fields[-1] = draw(st.sampled_from(SPECIAL_WEEKDAYS))
+    return " ".join(fields)
+
+
+def enumerated(schedule: Schedule, after: datetime, until: datetime, limit: int) -> list[datetime]:
+    """The slots in (after, until] as the slot generator walks them, at most `limit` + 1."""
+    in_range = takewhile(lambda slot: slot <= until, schedule._slots_after(after))
+    return list(islice(in_range, limit + 1))
+
+
+@st.composite
+def count_windows(
+    draw: st.DrawFn, schedule: Schedule, zone_name: str, span: timedelta
+) -> tuple[datetime, datetime]:
+    """(after, until) up to `span` long, at any microsecond: reaching over a DST transition of
+    the zone, or over the first slot after a random instant, or anywhere."""
+    length = span * draw(st.integers(0, 1000)) / 1000 + draw(st.integers(0, 999_999)) * MICRO
+    lead = length * draw(st.integers(0, 100)) / 100
+    uniform = START + timedelta(seconds=draw(st.integers(0, int((END - START).total_seconds()))))
+    changes = [t for t in transitions(zone_name) if START <= t < END]
+    kind = draw(
+        st.sampled_from(["transition", "slot", "anywhere"] if changes else ["slot", "anywhere"])
+    )
+    if kind == "transition":
+        after = draw(st.sampled_from(changes)) - lead
+    elif kind == "slot":
+        after = (schedule.next_after(uniform) or uniform) - lead
+    else:
+        after = uniform
+    after += timedelta(microseconds=draw(st.integers(0, 999_999)))
+    event(f"window anchored at: {kind}")
+    return after, after + length
+
+
+@properties(300)
+@given(
+    data=st.data(),
+    expression=counted_crons(),
+    zone_name=st.sampled_from(COUNT_ZONES),
+    span=st.sampled_from([timedelta(days=days) for days in (0.01, 0.1, 1, 7, 62, 400, 3 * 366)]),
+)
+def test_count_between_equals_the_enumeration(
+    data: st.DataObject, expression: str, zone_name: str, span: timedelta
+) -> None:
+    """count_between is arithmetic; the slot generator is the definition. A window that holds
+    more than ENUMERATED slots ends between two of its slots, at a random point."""
+    schedule = parse(expression, zone_name)
+    after, until = data.draw(count_windows(schedule, zone_name, span), label="window")
+    slots = enumerated(schedule, after, until, ENUMERATED)
+    if len(slots) > ENUMERATED:
+        last, beyond = slots[ENUMERATED - 1], slots[ENUMERATED]
+        until = last + (beyond - last - MICRO) * data.draw(st.floats(0, 1), label="cut")
+        slots = slots[:ENUMERATED]
+        event("window cut at the slot limit")
+    assert schedule.count_between(after, until) == len(slots), (expression, zone_name, after, until)
+    assert schedule.count_between(until, after) == 0
+    if any(after < change <= until for change in transitions(zone_name)):
+        event("the window holds a DST transition")
+    event("slots in the window" if slots else "no slot in the window")
+
+
+@properties(100)
+@given(
+    data=st.data(),
+    expression=counted_crons(),
+    zone_name=st.sampled_from(COUNT_ZONES),
+    cuts=st.lists(st.floats(0, 1), min_size=1, max_size=6),
+)
+def test_count_between_adds_up_over_years(
+    data: st.DataObject, expression: str, zone_name: str, cuts: list[float]
+) -> None:
+    """Over years (too many slots to enumerate), the counts of consecutive windows add up to the
+    count of their union, wherever they are cut, and a window's count is bounded by its length."""
+    schedule = parse(expression, zone_name)
+    after, until = data.draw(
+        count_windows(schedule, zone_name, timedelta(days=6 * 366)), label="window"
+    )
+    bounds = [after, *sorted(after + (until - after) * cut for cut in cuts), until]
+    pieces = [schedule.count_between(low, high) for low, high in pairwise(bounds)]
+    total = schedule.count_between(after, until)
+    assert sum(pieces) == total
+    unit = 1 if len(expression.split()) == 6 else 60
+    assert 0 <= total <= (until - after).total_seconds() // unit + 1
 
 
 # --- decide() ---------------------------------------------------------------------------------

@@ -276,6 +276,28 @@ def test_long_outage_counts_slots_beyond_the_enumeration_limit(
     assert decision.status["processedUntil"] == ts(now)
 
 
+@pytest.mark.parametrize(
+    ("deadline", "runs", "skipped"),
+    [
+        pytest.param(None, 1, {SUPERSEDED: 365 * 86_400 - 1}, id="no-deadline"),
+        # Slots up to 60 s + 1 s old run; every older one, listed or only counted, is late.
+        pytest.param(60, 62, {DEADLINE: 365 * 86_400 - 62}, id="deadline"),
+    ],
+)
+def test_an_outage_of_a_year_of_seconds_is_counted_exactly(
+    deadline: int | None, runs: int, skipped: dict[str, int]
+) -> None:
+    """Slots beyond the enumeration limit are counted by arithmetic, with no cap."""
+    raw = spec(schedule="* * * * * *", startingDeadlineSeconds=deadline)
+    now = utc(2026, 1, 5, 12, 0)
+
+    decision = decide(view(raw, status=processed(raw, now - timedelta(days=365))), [], now)
+
+    assert len(decision.runs) == runs
+    assert skip_counts(decision) == skipped
+    assert decision.status["processedUntil"] == ts(now)
+
+
 def test_catch_up_within_the_deadline_is_capped_and_the_rest_superseded() -> None:
     raw = spec(schedule="* * * * * *", startingDeadlineSeconds=3600)
     now = utc(2026, 1, 5, 12, 0)
