@@ -452,20 +452,25 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def _code() -> str:
-    """The commit of the model that runs (this checkout's, unless PYTHONPATH says otherwise)."""
+    """The last commit of the operator code that runs (this checkout's, unless PYTHONPATH points
+    elsewhere), marked if it has changes of its own."""
     import cronlease.model
 
-    where = Path(cronlease.model.__file__).resolve()
+    operator = Path(cronlease.model.__file__).resolve().parent.parent
+    git = ["git", "-C", str(operator)]
     try:
         commit = subprocess.run(
-            ["git", "-C", str(where.parent), "describe", "--always", "--dirty"],
+            [*git, "log", "-1", "--format=%h", "--", "."],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
+        changed = subprocess.run(
+            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return str(where)
-    return f"{commit} ({where.relative_to(REPO) if where.is_relative_to(REPO) else where})"
+        return str(operator)
+    return f"{commit}{' with changes' if changed else ''}" if commit else str(operator)
 
 
 def main() -> None:
