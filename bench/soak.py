@@ -386,7 +386,14 @@ def markdown(runs: dict[str, dict[str, Any]]) -> str:
             + ".",
             "",
         ]
-    lines += ["Samples (RSS MB / tombstones):", ""]
+    lines += [
+        "A `before` run is this script against older code: `git archive <commit> operator | tar "
+        "-x -C /tmp/before`, then `PYTHONPATH=hack:/tmp/before/operator python bench/soak.py "
+        "--label before` (a model with no `reading()` is fed the same events).",
+        "",
+        "Samples (RSS MB / tombstones):",
+        "",
+    ]
     labels = list(runs)
     lines.append("| deletions | " + " | ".join(labels) + " |")
     lines.append("|---" * (len(labels) + 1) + "|")
