@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)/hack
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos clean
+.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ failover: venv controlplane ## failover times with production election settings 
 
 chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)
+
+soak: venv ## a million Job deletions through the model in-process, RSS flat within 5% (bench/results/soak.md; no cluster)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean: cluster-down ## stop the cluster and remove build caches
 	rm -rf .cache

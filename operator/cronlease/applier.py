@@ -286,7 +286,9 @@ class Applier:
         self._check_leading()
         job = build_job(sj, run, self.leadership.identity, self.leadership.token)
         try:
-            created = await self._fenced(lambda: self.api.create_job(job))
+            with self.model.reading():  # its Job's deletion seen before the response stays buried
+                created = await self._fenced(lambda: self.api.create_job(job))
+                self.model.upsert_job(created)  # Forbid must see it before its watch event arrives
         except ApiError as error:
             if error.status == 409:
                 return await self._adopt_existing(sj, run)
@@ -296,7 +298,6 @@ class Applier:
             self._event(sj.ref, "Warning", "FailedCreate", f"Job {run.job_name}: {error.message}")
             raise RetryLater(f"creating Job {run.job_name}: {error}") from error
         lag = time.time() - run.slot.timestamp()
-        self.model.upsert_job(created)  # Forbid must see it before its watch event arrives
         metrics.jobs_created.labels(run.trigger).inc()
         if run.trigger == TRIGGER_SCHEDULE:
             metrics.schedule_lag.observe(max(lag, 0.0))
@@ -306,9 +307,10 @@ class Applier:
     async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun) -> str:
         """AlreadyExists: a Job the leader wrote for this run (an earlier attempt's) is adopted:
         its uid. Anyone else's is not, whatever owner reference it carries."""
-        existing = await self.api.get_job(sj.namespace, run.job_name)
-        info = job_info(existing)
-        self.model.upsert_job(existing)
+        with self.model.reading():
+            existing = await self.api.get_job(sj.namespace, run.job_name)
+            info = job_info(existing)
+            self.model.upsert_job(existing)
         if info.trusted and info.owner_uid == sj.uid and info.slot == run.slot:
             return info.uid
         # Someone else's Job holds the name: decided again at once, the slot is a NameConflict.
@@ -376,23 +378,24 @@ class Applier:
             await self._creations.wait_turn()
         self._check_leading()
         ref = write.ref
-        try:
-            async with self._status_pool:
-                updated = await self._fenced(
-                    lambda: self.api.patch_status(
-                        ref.namespace, ref.name, write.patch, write.version
+        with self.model.reading():  # the response, or the fresh copy after a 409, is fed to it
+            try:
+                async with self._status_pool:
+                    updated = await self._fenced(
+                        lambda: self.api.patch_status(
+                            ref.namespace, ref.name, write.patch, write.version
+                        )
                     )
-                )
-        except ApiError as error:
-            if error.status == 404:
-                return
-            if error.status == 409:
-                fresh = await self.api.get_scheduledjob(ref.namespace, ref.name)
-                self.model.upsert_scheduledjob(fresh)
-                raise Stale() from error
-            metrics.reconcile_errors.labels("status").inc()
-            raise RetryLater(f"writing status: {error}") from error
-        self.model.upsert_scheduledjob(updated)
+            except ApiError as error:
+                if error.status == 404:
+                    return
+                if error.status == 409:
+                    fresh = await self.api.get_scheduledjob(ref.namespace, ref.name)
+                    self.model.upsert_scheduledjob(fresh)
+                    raise Stale() from error
+                metrics.reconcile_errors.labels("status").inc()
+                raise RetryLater(f"writing status: {error}") from error
+            self.model.upsert_scheduledjob(updated)
 
     # Events
 

@@ -37,9 +37,9 @@ class JobWatch:
 
     def _watch(self, namespace: str) -> ListWatch:
         query = [("labelSelector", LABEL_SCHEDULEDJOB)]
-        return ListWatch(
-            self.api, resource_path(JOBS, namespace), _ScopeObserver(self, namespace), query
-        )
+        observer = _ScopeObserver(self, namespace)
+        path = resource_path(JOBS, namespace)
+        return ListWatch(self.api, path, observer, query, listing=self.model.reading)
 
     def scope_listed(self, namespace: str) -> None:
         self._unlisted.discard(namespace)

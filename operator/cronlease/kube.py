@@ -213,7 +213,9 @@ class KubeApi:
     ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
         """A LIST, LIST_PAGE items at a time, with the listing's resourceVersion: the caller
         keeps what it needs of a page before the next one is read (docs/design-notes.md,
-        item 12: whole listings set the process's memory high-water mark)."""
+        item 12: whole listings set the process's memory high-water mark). No resourceVersion:
+        a consistent read, never older than what a watch already delivered (the model's
+        tombstones rely on it: cronlease.model.Model.reading)."""
         token = ""
         while True:
             page_query = [*(query or []), ("limit", str(LIST_PAGE))]

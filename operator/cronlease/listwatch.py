@@ -9,8 +9,10 @@ compacted away) lists again, and that listing settles whatever the gap hid, dele
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import orjson
@@ -51,10 +53,14 @@ class ListWatch:
         observer: Observer,
         query: Query | None = None,
         server_timeout: int = SERVER_TIMEOUT,
+        listing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.api, self.path, self.observer = api, path, observer
         self.query = query or []
         self.server_timeout = server_timeout
+        # Entered before a listing's first page is requested, left once its last item has been
+        # reported, or the listing broke off: the model's `reading` (its tombstones' lifetime).
+        self.listing = listing
 
     async def run(self) -> None:
         """List, then watch, for ever."""
@@ -78,10 +84,11 @@ class ListWatch:
 
     async def _list(self) -> str:
         version = ""
-        async for items, page_version in self.api.list_pages(self.path, self.query):
-            version = page_version  # the same on every page: the listing's
-            for item in items:
-                self._report(self.observer.listed_item, item)
+        with self.listing():
+            async for items, page_version in self.api.list_pages(self.path, self.query):
+                version = page_version  # the same on every page: the listing's
+                for item in items:
+                    self._report(self.observer.listed_item, item)
         self.observer.listed(version)
         return version
 

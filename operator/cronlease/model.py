@@ -2,14 +2,17 @@
 
 Decisions read this model, never the API server, so Forbid sees a Job the moment its watch event
 (or our own create response) arrives rather than whenever status catches up. Updates carry
-resourceVersions: an older copy never overwrites a newer one, and a tombstone stops a seeding LIST
-from resurrecting an object whose deletion the watch already delivered.
+resourceVersions: an older copy never overwrites a newer one, and a tombstone stops a LIST or a
+response that was in flight from resurrecting an object whose deletion a watch already delivered;
+tombstones last only as long as such a read (`Model.reading`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +129,11 @@ class Model:
         # Held Jobs whose labels stopped matching the Job watch (a user relabelled one): no event
         # will tell of them again, so they stay listed above, for release, until released.
         self._out_of_sight: dict[Key, Key] = {}  # Job -> the ScheduledJob that lists it
-        self._tombstones: dict[tuple[str, Key], int] = {}
+        # Deletions seen while a read was in flight, in burial order: (collection, key) -> (the
+        # deletion's resourceVersion, its burial number). See reading().
+        self._tombstones: OrderedDict[tuple[str, Key], tuple[int, int]] = OrderedDict()
+        self._burials = 0  # tombstones made so far: the next one's number
+        self._reads: dict[int, int] = {}  # reads in flight, counted by `_burials` when each began
 
     # ScheduledJobs
 
@@ -297,18 +304,75 @@ class Model:
 
     # Tombstones
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around a read whose answer the model is fed: a LIST with all its pages, a GET, a
+        write's response. Enter it before the request goes out; leave it once the answer is in.
+
+        A copy that arrives after the model saw the object's deletion is a late copy only if it
+        was read before that deletion. Every read we make is consistent (no resourceVersion: a
+        LIST's pages, a GET and a write's response are at least as new as etcd was when the
+        request arrived), and a deletion the model saw was already in etcd. So a read that began
+        after a deletion was seen cannot hold the deleted object (a copy of it recreated under
+        the same name is newer than the deletion, and passes). A tombstone is therefore kept
+        only while a read that began before it is in flight: none is made while no read is,
+        and when a read ends, those buried before the oldest read still in flight (all of them,
+        when none is) are dropped. The watches need none: a list-then-watch delivers one
+        object's events in order and lists again only after its watch ended, and so does
+        kopf's, per ScheduledJob (docs/design-notes.md).
+        """
+        mark = self._burials
+        self._reads[mark] = self._reads.get(mark, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._reads.pop(mark) - 1
+            if left:
+                self._reads[mark] = left
+            self._expire()
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each structure of the model holds (tests, the soak)."""
+        return {
+            "scheduledjobs": len(self._scheduledjobs),
+            "jobs": len(self._jobs),
+            "owners": len(self._jobs_by_owner),
+            "owned": sum(len(jobs) for jobs in self._jobs_by_owner.values()),
+            "held": sum(len(jobs) for jobs in self._held.values()),
+            "out_of_sight": len(self._out_of_sight),
+            "scheduledjob_uids": len(self._owners),
+            "tombstones": len(self._tombstones),
+            "reads": sum(self._reads.values()),
+        }
+
+    def _expire(self) -> None:
+        """Drop the tombstones no read in flight can need: buried before the oldest began."""
+        oldest = min(self._reads, default=self._burials)
+        tombstones = self._tombstones
+        while tombstones:
+            first = next(iter(tombstones))  # the oldest burial; O(1) in an OrderedDict
+            if tombstones[first][1] >= oldest:
+                return
+            del tombstones[first]
+
     def _bury(self, collection: str, obj: dict[str, Any]) -> None:
         version = obj["metadata"].get("resourceVersion", "")
-        if version.isdigit():
-            self._tombstones[(collection, key_of(obj))] = int(version)
+        if not self._reads or not version.isdigit():
+            return  # no read in flight began before this deletion: nothing late can come
+        name = (collection, key_of(obj))
+        earlier = self._tombstones.pop(name, None)
+        death = max(int(version), earlier[0]) if earlier else int(version)
+        self._tombstones[name] = (death, self._burials)  # last in burial order
+        self._burials += 1
 
     def _buried(self, collection: str, obj: dict[str, Any]) -> bool:
-        """True for a copy no newer than a deletion already seen (a late LIST item)."""
-        death = self._tombstones.get((collection, key_of(obj)))
+        """True for a copy no newer than a deletion already seen (a late read)."""
+        name = (collection, key_of(obj))
+        tombstone = self._tombstones.get(name)
         version = obj["metadata"].get("resourceVersion", "")
-        if death is None or not version.isdigit():
+        if tombstone is None or not version.isdigit():
             return False
-        if int(version) > death:
-            del self._tombstones[(collection, key_of(obj))]  # recreated under the same name
+        if int(version) > tombstone[0]:
+            del self._tombstones[name]  # recreated under the same name
             return False
         return True

@@ -77,10 +77,11 @@ class Scheduler:
         await self._jobs_listed.wait()
         for attempt in itertools.count(1):
             try:
-                for namespace in self.namespaces or ("",):
-                    async for items, _ in self.api.list_scheduledjobs(namespace):
-                        for item in items:
-                            self.model.upsert_scheduledjob(item)
+                with self.model.reading():  # kopf may deliver a deletion meanwhile
+                    for namespace in self.namespaces or ("",):
+                        async for items, _ in self.api.list_scheduledjobs(namespace):
+                            for item in items:
+                                self.model.upsert_scheduledjob(item)
                 break
             except Exception as error:  # 429 while the CRD settles, a dropped connection
                 delay = backoff.SEEDING.delay(attempt)

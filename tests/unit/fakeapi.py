@@ -7,8 +7,8 @@ It models what the shell relies on, and nothing else:
 - LIST in pages (limit/continue) with label selectors, and WATCH from a resourceVersion with
   bookmarks, a 410 ERROR event for a version compacted away, and streams the test can end;
 - faults by rule: an error status, a lost response (the server acted, the client sees an
-  error), a request held until the test releases it; and a 401 for a rotated token when served
-  over HTTP (`app`);
+  error), a request held until the test releases it, or its answer (the server acted; a late
+  response); and a 401 for a rotated token when served over HTTP (`app`);
 - the fencing policy: a labelled Job create or a ScheduledJob status write whose leader and
   token differ from the Lease's holder and leaseTransitions is refused as the real policy does.
 Every call, watches included, is logged in `calls` as (method or WATCH, path), and its monotonic
@@ -59,6 +59,7 @@ class Fault:
     status: int = 0  # answer with this error instead of acting
     lose: bool = False  # act, then lose the response
     gate: asyncio.Event | None = None  # wait until this is set before acting
+    late: bool = False  # with a gate: act first, then wait before answering
     times: int = 1  # how many matching requests it affects
     skip: int = 0  # how many matching requests pass untouched first
     body: str = ""  # a regular expression the request's JSON body must contain
@@ -172,9 +173,13 @@ class FakeApiServer:
     def lose(self, method: str, path: str, skip: int = 0, times: int = 1) -> None:
         self.faults.append(Fault(method, path, lose=True, skip=skip, times=times))
 
-    def hold(self, method: str, path: str, gate: asyncio.Event, body: str = "") -> None:
-        """Hold a matching request until `gate` is set: a slow request, under the test's control."""
-        self.faults.append(Fault(method, path, gate=gate, body=body))
+    def hold(
+        self, method: str, path: str, gate: asyncio.Event, body: str = "", late: bool = False
+    ) -> None:
+        """Hold a matching request until `gate` is set: a slow request, under the test's control.
+        `late`: the server acts at once and its answer waits (a LIST page read before changes
+        that the client then sees first, a create response slower than the watch)."""
+        self.faults.append(Fault(method, path, gate=gate, body=body, late=late))
 
     def compact(self) -> None:
         """Forget the history so far: a watch from an older version gets 410 Gone."""
@@ -245,17 +250,22 @@ class FakeApiServer:
             fault = None
         if fault is not None:
             fault.times -= 1
-            if fault.gate is not None:
-                self.held += 1
-                await fault.gate.wait()
-                self.held -= 1
+            if fault.gate is not None and not fault.late:
+                await self._wait(fault.gate)
             if fault.status:
                 raise _status(fault.status, "Injected", fault.message or "injected fault")
         result = self._handle(method, path, copy.deepcopy(body), dict(query or []), content_type)
         if fault is not None and fault.lose:
             raise ResponseLost(f"{method} {path}: response lost")
+        if fault is not None and fault.gate is not None and fault.late:
+            await self._wait(fault.gate)
         await asyncio.sleep(0)  # a real response always yields to the loop
         return result
+
+    async def _wait(self, gate: asyncio.Event) -> None:
+        self.held += 1
+        await gate.wait()
+        self.held -= 1
 
     async def stream(self, path: str, query: Query, request_timeout: float) -> AsyncIterator[bytes]:
         self.calls.append(("WATCH", path))

@@ -179,9 +179,11 @@ class History(RuleBasedStateMachine):
             "label": {"metadata": {"labels": {LABEL_SCHEDULEDJOB: "someone-else"}}},
             "unlabel": {"metadata": {"labels": {LABEL_SCHEDULEDJOB: None}}},
         }[how]
-        if how == "unlabel" and FINALIZER_SLOT_RECORD in job["metadata"].get("finalizers", []):
-            # The fencing policy refuses it: a Job without the label is out of sight of a new
-            # leader's listing, and a held one would never be released (docs/design-notes.md).
+        held = FINALIZER_SLOT_RECORD in job["metadata"].get("finalizers", [])
+        if held and how in ("orphan", "label", "unlabel"):
+            # The fencing policy refuses these on a Job that holds the finalizer (for the moment
+            # between its creation and its record): stripped of what names its ScheduledJob, a
+            # cold leader could neither record nor safely release it (docs/design-notes.md).
             return
         self.server.edit(*JOBS, NAMESPACE, job["metadata"]["name"], patch)
 

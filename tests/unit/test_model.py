@@ -75,8 +75,9 @@ def test_a_quiet_update_is_still_stored() -> None:
     recorder = Recorder()
     recorder.model.upsert_job(job_object(1, active=1))
     recorder.model.upsert_job(job_object(2, active=1, ready=1))
-    recorder.model.delete_job(job_object(3, active=1, ready=1))
-    recorder.model.upsert_job(job_object(2, active=1, ready=1))  # a late LIST copy: buried
+    with recorder.model.reading():  # a LIST that began before the deletion
+        recorder.model.delete_job(job_object(3, active=1, ready=1))
+        recorder.model.upsert_job(job_object(2, active=1, ready=1))  # its late copy: buried
     assert recorder.model.jobs_of(NAMESPACE, UID) == []
 
 
