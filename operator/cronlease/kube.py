@@ -125,8 +125,10 @@ class HttpTransport:
         info: kopf.ConnectionInfo,
         relogin: Callable[[], kopf.ConnectionInfo],
         max_connections: int = 64,
+        on_date: Callable[[str | None], None] | None = None,
     ) -> None:
         self._info, self._relogin = info, relogin
+        self._on_date = on_date  # each response's Date header (cronlease.servertime)
         self._headers = info.as_http_headers()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=max_connections, ssl=info.as_ssl_context()),
@@ -187,6 +189,8 @@ class HttpTransport:
             response = await self._session.request(
                 method, url, headers={**self._headers, **headers}, data=data, timeout=timeout
             )
+            if self._on_date is not None:
+                self._on_date(response.headers.get("Date"))
             if response.status != 401 or attempt:
                 break
             response.release()
@@ -329,6 +333,9 @@ class KubeApi:
         )
 
 
-def connect(max_connections: int = 64) -> KubeApi:
-    """A KubeApi on a real connection, logged in as kopf logs in (and again after a 401)."""
-    return KubeApi(HttpTransport(login(), login, max_connections))
+def connect(
+    max_connections: int = 64, on_date: Callable[[str | None], None] | None = None
+) -> KubeApi:
+    """A KubeApi on a real connection, logged in as kopf logs in (and again after a 401);
+    `on_date` hears the Date header of every response."""
+    return KubeApi(HttpTransport(login(), login, max_connections, on_date))

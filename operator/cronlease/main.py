@@ -26,6 +26,7 @@ from cronlease.kube import LIST_PAGE, KubeApi, connect, login
 from cronlease.leadership import ElectionConfig, Leadership, LeaseElector, SoleLeader
 from cronlease.model import Key, Model
 from cronlease.scheduler import Scheduler
+from cronlease.servertime import ServerClock
 from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger("cronlease")
@@ -124,17 +125,27 @@ SHUTDOWN_GRACE = 5.0
 
 async def run(args: argparse.Namespace) -> None:
     identity = f"{args.identity}-{uuid.uuid4().hex[:6]}"
-    api = connect(args.max_concurrency)
+    server_clock = ServerClock()
+    api = connect(args.max_concurrency, server_clock.observe)
     namespaces = tuple(args.namespace)
     # The Lease gets its own connections: a renewal must never queue behind a burst of our own
     # Job creations and status writes for a free one (docs/design-notes.md, item 11).
-    lease_api = connect(4)
+    lease_api = connect(4, server_clock.observe)
     leadership = leadership_from(args, lease_api, identity)
-    wakeups: WakeupQueue[Key] = WakeupQueue()
+    # Wake-ups on the same clock as decisions: with the host ahead, a slot's wake-up would
+    # otherwise come early, find the slot not yet due, and ask to be woken at once, again.
+    wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
     model = Model(wakeups.changed, on_job_finished=_count_result, on_job_change=wakeups.notify)
     jobs_listed = asyncio.Event()
     scheduler = Scheduler(
-        api, leadership, model, wakeups, jobs_listed, namespaces, args.max_concurrency
+        api,
+        leadership,
+        model,
+        wakeups,
+        jobs_listed,
+        namespaces,
+        args.max_concurrency,
+        clock=server_clock.now,  # "now" never runs ahead of the API server's clock
     )
     job_watch = JobWatch(api, model, namespaces, jobs_listed)
     registry = kopf.OperatorRegistry()

@@ -33,3 +33,8 @@ rejected_writes = Counter(
     f"{PREFIX}_fenced_writes_rejected_total",
     "Writes refused as stale (by us or by the API server).",
 )
+clock_skew = Gauge(
+    f"{PREFIX}_clock_skew_seconds",
+    "Host clock minus the API server's (from its Date header, to about a second); when ahead by "
+    "more than 2 s, decisions use the server's time.",
+)

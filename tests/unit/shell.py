@@ -61,7 +61,9 @@ class Shell:
         leadership: Leadership | None = None,
         now: datetime = NOW,
         patience: float = 30.0,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
+        """Decisions happen at `now` (tests move it), or at what `clock` says if given."""
         self.server = server or FakeApiServer(clock=lambda: CREATED)
         self.api = KubeApi(self.server)
         self.leadership = leadership or SoleLeader("leader-a")
@@ -79,7 +81,7 @@ class Shell:
             self.wakeups,
             listed,
             applier=self.applier,
-            clock=lambda: self.now,
+            clock=clock or (lambda: self.now),
         )
         Shell.made.append(self)
 

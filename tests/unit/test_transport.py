@@ -52,3 +52,20 @@ async def test_a_token_refused_after_logging_in_again_is_an_error(
     finally:
         await api.close()
     assert len(fake.calls) == 0  # both attempts refused at the door
+
+
+async def test_every_response_date_reaches_the_server_clock(
+    served: tuple[FakeApiServer, str],
+) -> None:
+    """The API server's clock comes from the Date header of every response, errors included."""
+    _, url = served
+    dates: list[str | None] = []
+    info = kopf.ConnectionInfo(server=url, token="t")
+    api = KubeApi(HttpTransport(info, lambda: info, 4, on_date=dates.append))
+    try:
+        assert await api.get_lease("cronlease-system", "absent") is None  # a 404
+    finally:
+        await api.close()
+    assert len(dates) == 1
+    assert dates[0] is not None
+    assert dates[0].endswith(" GMT")
