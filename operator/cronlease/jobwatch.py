@@ -8,6 +8,8 @@ and a resourceVersion comparison, on the one list-then-watch (cronlease.listwatc
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 from cronlease import metrics
@@ -24,6 +26,7 @@ class JobWatch:
         model: Model,
         namespaces: tuple[str, ...],
         listed: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.model = model
@@ -31,15 +34,29 @@ class JobWatch:
         # Set once every scope has been listed into the model: a new leader decides after it.
         self.listed = listed
         self._unlisted = set(self.scopes)
+        self._clock = clock
+        self._watches = [self._watch(scope) for scope in self.scopes]
 
     async def run(self) -> None:
-        await asyncio.gather(*(self._watch(scope).run() for scope in self.scopes))
+        await asyncio.gather(*(watch.run() for watch in self._watches))
+
+    def stuck(self, after: float) -> str | None:
+        """Why the model is not kept current, if a scope's list or watch has failed for `after`
+        seconds without a success in between (readiness reports it: decisions go on, on a model
+        that no longer sees its Jobs)."""
+        for scope, watch in zip(self.scopes, self._watches, strict=True):
+            if watch.failing_for() >= after:
+                where = scope or "all namespaces"
+                return f"the Job watch of {where} has failed for {watch.failing_for():.0f} s"
+        return None
 
     def _watch(self, namespace: str) -> ListWatch:
         query = [("labelSelector", LABEL_SCHEDULEDJOB)]
         observer = _ScopeObserver(self, namespace)
         path = resource_path(JOBS, namespace)
-        return ListWatch(self.api, path, observer, query, listing=self.model.reading)
+        return ListWatch(
+            self.api, path, observer, query, listing=self.model.reading, clock=self._clock
+        )
 
     def scope_listed(self, namespace: str) -> None:
         self._unlisted.discard(namespace)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -54,6 +55,7 @@ class ListWatch:
         query: Query | None = None,
         server_timeout: int = SERVER_TIMEOUT,
         listing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.path, self.observer = api, path, observer
         self.query = query or []
@@ -61,6 +63,16 @@ class ListWatch:
         # Entered before a listing's first page is requested, left once its last item has been
         # reported, or the listing broke off: the model's `reading` (its tombstones' lifetime).
         self.listing = listing
+        self._clock = clock
+        self._failing_since: float | None = None  # first failure since the last success
+
+    def failing_for(self) -> float:
+        """Seconds since the list or watch first failed without succeeding since; 0 if it works
+        (a quiet watch works: success is a listing, any line of a watch, or its clean end)."""
+        return 0.0 if self._failing_since is None else self._clock() - self._failing_since
+
+    def _succeeded(self) -> None:
+        self._failing_since = None
 
     async def run(self) -> None:
         """List, then watch, for ever."""
@@ -72,11 +84,14 @@ class ListWatch:
                     version = await self._list()
                 version = await self._watch(version)
                 failures = 0
+                self._succeeded()
             except Expired:
                 log.info("watch of %s expired; listing again", self.path)
                 version = None
             except Exception as error:  # a dropped connection, an API server restart, a 5xx
                 failures += 1
+                if self._failing_since is None:
+                    self._failing_since = self._clock()
                 delay = backoff.WATCH.delay(failures)
                 self.observer.failed(error)
                 log.warning("watch of %s: %s; again in %.1f s", self.path, error, delay)
@@ -90,6 +105,7 @@ class ListWatch:
                 for item in items:
                     self._report(self.observer.listed_item, item)
         self.observer.listed(version)
+        self._succeeded()
         return version
 
     def _report(self, callback: Callable[..., None], *args: Any) -> None:
@@ -115,6 +131,7 @@ class ListWatch:
                         obj.get("code", 0), obj.get("reason", ""), orjson.dumps(obj).decode()
                     )
                 version = obj["metadata"]["resourceVersion"]
+                self._succeeded()
                 if event_type != "BOOKMARK":
                     self._report(self.observer.changed, event_type, obj)
         except ApiError as error:

@@ -118,6 +118,9 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
     return LeaseElector(api, identity, config)
 
 
+# A Job watch failing this long without a success makes the health endpoint fail: readiness
+# shows it, and after the liveness probe's failures the pod restarts with a fresh watch.
+WATCH_STUCK_AFTER = 60.0
 # How long a graceful stop lets the reconciles in flight finish (their status writes, and the
 # finalizers those release) before the Lease is given up; well within the pod's grace period.
 SHUTDOWN_GRACE = 5.0
@@ -178,6 +181,14 @@ async def run(args: argparse.Namespace) -> None:
         settings.queueing.idle_timeout = 0.5
         settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]  # kopf's own: its watches' retries
         settings.persistence.diffbase_storage = NoDiffBase()
+
+    @kopf.on.probe(id="jobWatch", registry=registry)
+    def job_watch_is_current(**_: Any) -> str:
+        """The liveness and readiness endpoint fails while the Job watch is stuck."""
+        problem = job_watch.stuck(WATCH_STUCK_AFTER)
+        if problem:
+            raise kopf.PermanentError(problem)
+        return "current"
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:

@@ -11,6 +11,7 @@ import pytest
 from builders import NAMESPACE, OWNER_REF
 from shell import Shell, eventually
 
+from cronlease.jobwatch import JobWatch
 from cronlease.kube import JOBS
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
 
@@ -87,3 +88,25 @@ async def test_a_job_the_model_cannot_read_affects_only_itself(watched: Shell) -
     watched.server.put(job("after"))
     await eventually(lambda: "after" in names(watched))
     assert watched.server.open_watches == 1
+
+
+async def test_a_watch_failing_for_a_minute_is_reported_stuck_until_it_works_again() -> None:
+    """Readiness reflects a stuck watch: decisions on a model that no longer hears of its Jobs
+    (403 after an RBAC change, an API server that refuses) are reported, not silent."""
+    shell = Shell()
+    clock = [1000.0]
+    listed = asyncio.Event()
+    watch = JobWatch(shell.api, shell.model, (), listed, clock=lambda: clock[0])
+    shell.server.fail("GET", r"/jobs$", 403, times=1000)
+    task = asyncio.create_task(watch.run())
+    try:
+        await eventually(lambda: len(shell.server.calls) >= 1)
+        assert watch.stuck(after=60) is None  # failing, but not for long
+        clock[0] += 61
+        assert watch.stuck(after=60) == "the Job watch of all namespaces has failed for 61 s"
+        shell.server.faults.clear()
+        await eventually(listed.is_set)
+        assert watch.stuck(after=60) is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
