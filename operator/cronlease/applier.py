@@ -97,6 +97,11 @@ class Stale(Exception):
     """The decision was made on an outdated copy of the object."""
 
 
+class NamespaceTerminating(Exception):
+    """The namespace is being deleted: nothing can be created in it, and the ScheduledJob goes
+    with it. Not an error to retry or report once per attempt."""
+
+
 def is_fencing_refusal(error: ApiError) -> bool:
     return error.status in (400, 403, 422) and FENCING_MESSAGE in error.body
 
@@ -202,6 +207,9 @@ class Applier:
         except TemplateRefused as refused:
             await self._record_refused_template(sj, obj, str(refused))
             return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
+        except NamespaceTerminating:
+            log.info("%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name)
+            return Applied(Outcome.DONE)
         except (RetryLater, ApiError, TransportError) as error:
             if created:  # the next decision records those Jobs: progress, not a failing object
                 raise RetryLater(str(error), progress=True) from error
@@ -292,6 +300,8 @@ class Applier:
         except ApiError as error:
             if error.status == 409:
                 return await self._adopt_existing(sj, run)
+            if error.status == 403 and "NamespaceTerminating" in error.body:
+                raise NamespaceTerminating() from error
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             metrics.reconcile_errors.labels("create").inc()

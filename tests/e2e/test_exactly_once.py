@@ -31,6 +31,7 @@ from kube import (
     scheduledjob,
     status_of,
     wait_for,
+    wait_until,
 )
 
 FINALIZER = "cronlease.io/slot-record"
@@ -211,6 +212,41 @@ def test_the_lease_deleted_while_leading_never_lowers_the_token(
         20,
         "a run under the new token",
     )
+
+
+def test_scheduledjobs_created_while_the_operator_is_down_are_caught_up_exactly(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Created with no operator running, they have no processedUntil: the first decision starts
+    at their creation and accounts for every slot since, exactly once (run or skipped)."""
+    watch = Watch(kube, "jobs", namespace)
+    operator.stop()
+    try:
+        kube.apply(scheduledjob("newest", namespace, schedule="*/2 * * * * *"))
+        kube.apply(
+            scheduledjob("every", namespace, schedule="*/2 * * * * *", startingDeadlineSeconds=60)
+        )
+        wait_until(datetime.now(UTC) + timedelta(seconds=5))  # slots pass with nobody running
+        restarted = datetime.now(UTC)
+        operator.start()
+        for name in ("newest", "every"):
+            wait_for(
+                lambda n=name: (
+                    parse_time(
+                        status_of(kube, namespace, n).get("processedUntil")
+                        or "1970-01-01T00:00:00Z"
+                    )
+                    >= restarted
+                ),
+                20,
+                f"{name} to catch up",
+            )
+    finally:
+        watch.stop()
+    newest = assert_ledger(kube, namespace, "newest", watch)
+    assert newest["slotsSkipped"].get("Superseded", 0) >= 1, newest  # CronJob's rule
+    every = assert_ledger(kube, namespace, "every", watch)
+    assert not every.get("slotsSkipped"), every  # within the deadline: every missed slot ran
 
 
 # Status writes held for 2 s: a stop always meets a Job that holds the finalizer.

@@ -207,3 +207,17 @@ async def test_a_catch_up_that_created_some_of_its_runs_made_progress(
     assert applied.outcome is Outcome.RETRY
     assert applied.progress is progress
     assert len(shell.jobs()) == failing - 1
+
+
+async def test_a_namespace_being_deleted_is_left_alone_not_retried() -> None:
+    """Issue 13: a create in a terminating namespace was retried with a FailedCreate Event each
+    time until the namespace was gone."""
+    shell = Shell()
+    shell.create("report")
+    message = 'jobs.batch is forbidden: {"causes":[{"reason":"NamespaceTerminating"}]}'
+    shell.server.fail("POST", JOB_PATH, 403, message, skip=1)
+    applied = await shell.apply("report")
+    await shell.applier.drain()
+    assert applied.outcome is Outcome.DONE
+    assert applied.wake_at is None
+    assert not [path for method, path in shell.server.calls if path.endswith("/events")]
