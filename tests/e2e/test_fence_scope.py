@@ -208,6 +208,44 @@ def test_a_tenant_may_label_and_orphan_the_operators_jobs_but_not_move_them(
     )
 
 
+def test_a_job_held_for_its_record_keeps_its_label(
+    kube: Kube, namespace: str, operator_process: OperatorProcess, tenant: Kube
+) -> None:
+    """A Job holds the slot-record finalizer until its run is recorded (a moment, or until a
+    leader runs again after a crash), and a leader that starts cold finds it by its label: a
+    tenant may orphan it, but may remove the label only once it is released."""
+    operator_process.stop()  # nothing records or releases it meanwhile; the next test restarts it
+    kube.apply(scheduledjob("crashed", namespace, schedule="0 0 1 1 *", suspend=True))
+    held = job(namespace, "crashed-1", owners=[owner_of(kube, namespace, "crashed")])
+    held["metadata"]["finalizers"] = [FINALIZER]
+    as_operator = kube.as_user(OPERATOR)
+    as_operator.create(held)
+    as_operator.run("label", "job", "crashed-1", f"{LABEL}=crashed", "-n", namespace)
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenant.run(*args[:1], "job", "crashed-1", *args[1:], "-n", namespace, check=False)
+
+    orphan = [{"op": "remove", "path": "/metadata/ownerReferences"}]
+    release = [{"op": "remove", "path": "/metadata/finalizers"}]
+    try:
+        outcomes = {
+            "orphan it": change("patch", "--type=json", "-p", json.dumps(orphan)),
+            "unlabel it": change("label", f"{LABEL}-"),
+            "release it": change("patch", "--type=json", "-p", json.dumps(release)),
+            "unlabel it once released": change("label", f"{LABEL}-"),
+        }
+    finally:
+        kube.run("patch", "job", "crashed-1", "-n", namespace, "--type=merge",
+                 "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+    assert verdicts(outcomes) == {
+        "orphan it": "admitted",
+        "unlabel it": "fenced",
+        "release it": "admitted",
+        "unlabel it once released": "admitted",
+    }
+    assert "slot-record" in outcomes["unlabel it"].stderr
+
+
 def test_the_garbage_collector_orphans_the_operators_jobs(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
