@@ -17,11 +17,14 @@ from devcluster.replica import OPERATOR_NAMESPACE, RELEASE, REPO
 CHART = REPO / "manifests" / "helm" / "cronlease"
 
 
-def install_chart(kubeconfig: Path, *values: str) -> None:
-    """helm upgrade --install; replicaCount=0 by default: the operator runs outside the cluster."""
+def install_chart(
+    kubeconfig: Path, *values: str, release: str = RELEASE, namespace: str = OPERATOR_NAMESPACE
+) -> None:
+    """helm upgrade --install; replicaCount=0 by default: the operator runs outside the cluster.
+    Values not given are the chart's defaults, so installing again without them restores those."""
     command = [
-        str(bin_dir() / "helm"), "upgrade", "--install", RELEASE, str(CHART),
-        "--kubeconfig", str(kubeconfig), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+        str(bin_dir() / "helm"), "upgrade", "--install", release, str(CHART),
+        "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--create-namespace",
         "--set", "replicaCount=0", *values,
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
@@ -42,9 +45,27 @@ def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:
     return path
 
 
-def service_account_kubeconfig(kubeconfig: Path, path: Path, duration: str = "24h") -> Path:
-    """A kubeconfig that acts as the chart's ServiceAccount, from a TokenRequest."""
+def uninstall_chart(kubeconfig: Path, release: str, namespace: str) -> None:
+    """helm uninstall (the CRD stays: Helm never deletes what its crds/ directory installed)."""
+    command = [
+        str(bin_dir() / "helm"), "uninstall", release, "--kubeconfig", str(kubeconfig),
+        "--namespace", namespace, "--wait",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"helm uninstall failed: {result.stderr.strip()}")
+
+
+def service_account_kubeconfig(
+    kubeconfig: Path,
+    path: Path,
+    duration: str = "24h",
+    account: str = RELEASE,
+    namespace: str = OPERATOR_NAMESPACE,
+) -> Path:
+    """A kubeconfig that acts as a release's ServiceAccount (the chart's by default), from a
+    TokenRequest."""
     token = kubectl(
-        kubeconfig, "create", "token", RELEASE, "-n", OPERATOR_NAMESPACE, f"--duration={duration}"
+        kubeconfig, "create", "token", account, "-n", namespace, f"--duration={duration}"
     ).strip()
     return token_kubeconfig(kubeconfig, token, path)

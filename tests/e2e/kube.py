@@ -27,9 +27,16 @@ class KubectlError(RuntimeError):
 class Kube:
     """kubectl bound to one kubeconfig (and optionally a bearer token instead of its user)."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, impersonate: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
         self.binary = shutil.which("kubectl") or "kubectl"
+        self.impersonate = impersonate
+
+    def as_user(self, user: str, *groups: str) -> Kube:
+        """kubectl for the same cluster, as admin impersonating `user` (and `groups`): what the
+        API server's authorization and admission see is that user."""
+        flags = (f"--as={user}", *(f"--as-group={group}" for group in groups))
+        return Kube(self.kubeconfig, flags)
 
     def as_token(self, token: str) -> Kube:
         """kubectl for the same cluster, authenticated by a bearer token instead of admin."""
@@ -40,7 +47,7 @@ class Kube:
     def run(
         self, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        command = [self.binary, "--kubeconfig", str(self.kubeconfig)]
+        command = [self.binary, "--kubeconfig", str(self.kubeconfig), *self.impersonate]
         result = subprocess.run(
             [*command, *args],
             input=stdin,

@@ -18,7 +18,7 @@ from typing import Any
 
 from devcluster import faultproxy
 from devcluster.faultproxy import Rule
-from devcluster.replica import LEASE, OPERATOR_NAMESPACE, OperatorProcess
+from devcluster.replica import LEASE, OPERATOR_NAMESPACE, RELEASE, OperatorProcess
 from kube import (
     LABEL,
     Kube,
@@ -129,13 +129,16 @@ def test_a_corrupted_job_affects_only_itself(
 ) -> None:
     """Issue 13: a user set cronlease.io/scheduled-at on one Job to a value the operator cannot
     parse; the Job watch replayed it forever and every ScheduledJob everywhere stopped. Now the
-    Job is untrusted and the rest goes on, across a restart (a fresh listing meets it too)."""
+    Job is untrusted and the rest goes on, across a restart (a fresh listing meets it too).
+    The fence now refuses that edit from anyone but the operator's ServiceAccount
+    (test_fence_scope.py), so the test writes it as that account, as a cluster admin can."""
     for name in ("mine", "theirs"):
         kube.apply(scheduledjob(name, namespace, schedule="*/2 * * * * *"))
     [first, *_] = wait_for(lambda: jobs_of(kube, namespace, "mine"), 15, "a first run")
     job = first["metadata"]["name"]
-    kube.run("annotate", "job", job, "-n", namespace, "--overwrite", "cronlease.io/scheduled-at=x")
-    kube.run("annotate", "job", job, "-n", namespace, "--overwrite", "cronlease.io/fencing-token=y")
+    as_operator = kube.as_user(f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}")
+    for corrupt in ("cronlease.io/scheduled-at=x", "cronlease.io/fencing-token=y"):
+        as_operator.run("annotate", "job", job, "-n", namespace, "--overwrite", corrupt)
 
     def runs(name: str) -> int:
         return int(status_of(kube, namespace, name).get("runsCreated", 0))

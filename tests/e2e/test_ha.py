@@ -15,7 +15,7 @@ import pytest
 
 from devcluster import faultproxy
 from devcluster.faultproxy import Rule
-from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
+from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, RELEASE, OperatorProcess
 from kube import (
     Kube,
     KubectlError,
@@ -87,11 +87,12 @@ def started(operator_process: OperatorProcess) -> Iterator[list[OperatorProcess]
 
 @pytest.fixture
 def replicas(
-    started: list[OperatorProcess], k8s_cluster: Any, tmp_path: Path
+    started: list[OperatorProcess], operator_kubeconfig: Path, tmp_path: Path
 ) -> list[OperatorProcess]:
-    """Three replicas competing for the Lease."""
+    """Three replicas competing for the Lease, as the chart's ServiceAccount (the fence admits
+    cronlease's writes from no one else)."""
     for i in range(3):
-        started.append(OperatorProcess(Path(k8s_cluster.kubeconfig), tmp_path, f"replica-{i}"))
+        started.append(OperatorProcess(operator_kubeconfig, tmp_path, f"replica-{i}"))
         started[-1].start()
     return started
 
@@ -247,6 +248,10 @@ def test_stale_leader_writes_are_refused_by_the_api_server(
 
 
 def test_hand_made_job_with_a_stale_token_is_refused(kube: Kube, namespace: str, crd: str) -> None:
+    """Written as the operator's own ServiceAccount, so that the token is what the fence judges
+    (anyone else is refused whatever the token: test_fence_scope.py)."""
+    as_operator = kube.as_user(f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}")
+
     def job(name: str, labels: dict[str, str], token: str) -> dict[str, Any]:
         return {
             "apiVersion": "batch/v1",
@@ -263,10 +268,13 @@ def test_hand_made_job_with_a_stale_token_is_refused(kube: Kube, namespace: str,
             "spec": {"backoffLimit": 0, "template": pod_template()},
         }
 
-    refused = kube.create(job("forged", {"cronlease.io/scheduledjob": "x"}, "999"), check=False)
+    refused = as_operator.create(
+        job("forged", {"cronlease.io/scheduledjob": "x"}, "999"), check=False
+    )
     assert refused.returncode != 0
     assert "cronlease fencing" in refused.stderr, refused.stderr
-    kube.create(job("unrelated", {"app": "other"}, "999"))  # no cronlease label: unaffected
+    assert 'write by "someone-else" with token 999 refused' in refused.stderr, refused.stderr
+    as_operator.create(job("unrelated", {"app": "other"}, "999"))  # no cronlease label: unaffected
     with pytest.raises(KubectlError):
         kube.run("get", "job", "forged", "-n", namespace)
     assert json.loads(kube.run("get", "job", "unrelated", "-n", namespace, "-o", "json").stdout)

@@ -27,16 +27,18 @@ VALUE_SETS = {
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}", "--set", "replicaCount=3"],
     "unfenced-single": ["--set", "fencing.enabled=false", "--set", "replicaCount=1"],
 }
+# A second release beside "namespaced": its own name, namespace, Lease and namespaces.
+SECOND_RELEASE = ("cronlease-b", "cronlease-b-system")
+SECOND_VALUES = ["--set", "watchNamespaces={team-c}", "--set", "leaderElection.leaseName=b-leader"]
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([HELM, *args], capture_output=True, text=True, check=check)
 
 
-def render(*values: str) -> str:
-    return helm(
-        "template", "cronlease", str(CHART), "--namespace", "cronlease-system", *values
-    ).stdout
+def render(*values: str, release: tuple[str, str] = ("cronlease", "cronlease-system")) -> str:
+    name, namespace = release
+    return helm("template", name, str(CHART), "--namespace", namespace, *values).stdout
 
 
 def documents(text: str) -> list[dict[str, Any]]:
@@ -56,9 +58,12 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 
 
 @needs_helm
-@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+@pytest.mark.parametrize("name", [*sorted(VALUE_SETS), "second-release"])
 def test_template_matches_golden(name: str) -> None:
-    rendered = render(*VALUE_SETS[name])
+    if name == "second-release":
+        rendered = render(*SECOND_VALUES, release=SECOND_RELEASE)
+    else:
+        rendered = render(*VALUE_SETS[name])
     golden = GOLDEN / f"{name}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.parent.mkdir(exist_ok=True)
@@ -150,6 +155,100 @@ def test_fencing_policy_points_at_the_release_lease() -> None:
     assert policy["spec"]["paramKind"] == {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
     unfenced = documents(render(*VALUE_SETS["unfenced-single"]))
     assert not [d for d in unfenced if "ValidatingAdmissionPolicy" in d["kind"]]
+
+
+def fence(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The fencing policies and bindings, by kind and name."""
+    return {
+        f"{doc['kind']}/{doc['metadata']['name']}": doc
+        for doc in docs
+        if doc["kind"].startswith("ValidatingAdmissionPolicy")
+    }
+
+
+@needs_helm
+def test_fence_is_bound_to_the_watched_namespaces_only() -> None:
+    """Each release fences the namespaces it watches, or all of them when it watches all."""
+    bindings = [
+        doc
+        for doc in fence(documents(render(*VALUE_SETS["namespaced"]))).values()
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding"
+    ]
+    assert sorted(doc["metadata"]["name"] for doc in bindings) == [
+        "cronlease-fencing",
+        "cronlease-fencing-writer",
+    ]
+    for binding in bindings:
+        assert binding["spec"]["matchResources"] == {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "In",
+                        "values": ["team-a", "team-b"],
+                    }
+                ]
+            }
+        }
+    clusterwide = fence(documents(render()))
+    assert len(clusterwide) == 4
+    assert all("matchResources" not in doc["spec"] for doc in clusterwide.values())
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("values", "user"),
+    [
+        ([], "system:serviceaccount:cronlease-system:cronlease"),
+        (["--set", "serviceAccount.name=robot"], "system:serviceaccount:cronlease-system:robot"),
+    ],
+    ids=["default", "named"],
+)
+def test_fence_names_the_release_service_account(values: list[str], user: str) -> None:
+    """The operator's writes are judged by their token; everyone else's by who they are."""
+    policies = fence(documents(render(*values)))
+    token = policies["ValidatingAdmissionPolicy/cronlease-fencing"]["spec"]
+    writer = policies["ValidatingAdmissionPolicy/cronlease-fencing-writer"]["spec"]
+    assert token["matchConditions"][0]["expression"] == f"request.userInfo.username == '{user}'"
+    assert writer["matchConditions"][0]["expression"] == f"request.userInfo.username != '{user}'"
+    assert "paramKind" not in writer, "a missing Lease must not refuse every Job update"
+    operations = {
+        rule["resources"][0]: rule["operations"]
+        for rule in writer["matchConstraints"]["resourceRules"]
+    }
+    assert operations == {"jobs": ["CREATE", "UPDATE"], "scheduledjobs/status": ["UPDATE"]}
+    for validation in token["validations"] + writer["validations"]:
+        assert "'cronlease fencing: " in validation["messageExpression"], validation
+    for validation in writer["validations"]:
+        assert validation["message"].startswith("cronlease fencing: "), validation
+
+
+@needs_helm
+def test_two_releases_install_side_by_side() -> None:
+    """No cluster-scoped name, nor a namespaced one in a shared namespace, is claimed by both
+    releases; each one's fence names its own Lease and namespaces. (The CRD, from crds/, is
+    shared: Helm installs it once and never claims it for a release.)"""
+    first = documents(render(*VALUE_SETS["namespaced"]))
+    second = documents(render(*SECOND_VALUES, release=SECOND_RELEASE))
+
+    def claimed(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {
+            (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+            for doc in docs
+        }
+
+    assert not claimed(first) & claimed(second)
+    bindings = fence(second)
+    assert bindings["ValidatingAdmissionPolicyBinding/cronlease-b-fencing"]["spec"]["paramRef"] == {
+        "name": "b-leader",
+        "namespace": "cronlease-b-system",
+        "parameterNotFoundAction": "Deny",
+    }
+    for name in ("cronlease-b-fencing", "cronlease-b-fencing-writer"):
+        binding = bindings[f"ValidatingAdmissionPolicyBinding/{name}"]
+        [selector] = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert selector["values"] == ["team-c"]
+        assert binding["spec"]["policyName"] == name
 
 
 @needs_helm

@@ -21,3 +21,22 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- /* The identity the API server sees for the operator: only it may write what cronlease trusts. */ -}}
+{{- define "cronlease.serviceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "cronlease.serviceAccountName" . }}
+{{- end -}}
+
+{{- /* What the fencing bindings match when watchNamespaces is set (unset: every namespace). */ -}}
+{{- define "cronlease.fencedNamespaces" -}}
+matchResources:
+  # Only the namespaces this release watches: another release fences its own.
+  namespaceSelector:
+    matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values:
+      {{- range .Values.watchNamespaces }}
+      - {{ . | quote }}
+      {{- end }}
+{{- end -}}

@@ -1,0 +1,369 @@
+"""The fence is scoped to its release (issue 13, item 4), on the real control plane.
+
+Only the release's ServiceAccount writes what the operator trusts: a tenant with the built-in
+`edit` role can neither forge a Job of the operator's (even with the current leader and token
+copied from a real one) nor make a Job of their own look like one, while their ordinary Jobs,
+their edits of unrelated keys, orphaning, and the garbage collector's updates stay allowed. And a
+release fences only the namespaces it watches, so two releases with disjoint watchNamespaces run
+side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster.install import install_chart, service_account_kubeconfig, uninstall_chart
+from devcluster.replica import OPERATOR_NAMESPACE, RELEASE, OperatorProcess
+from kube import LABEL, Kube, jobs_of, pod_template, scheduledjob, status_of, wait_for
+
+OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
+FINALIZER = "cronlease.io/slot-record"
+# The second release: its own name (so its own cluster-scoped objects), namespace and Lease.
+OTHER_RELEASE, OTHER_NAMESPACE = "cronlease-b", "cronlease-b-system"
+OTHER_LEASE = "cronlease-b-leader"
+OTHER_OPERATOR = f"system:serviceaccount:{OTHER_NAMESPACE}:{OTHER_RELEASE}"
+
+
+def job(
+    namespace: str,
+    name: str,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    owners: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    metadata.update(labels=labels or {}, annotations=annotations or {})
+    if owners:
+        metadata["ownerReferences"] = owners
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {"backoffLimit": 0, "template": pod_template()},
+    }
+
+
+def owner_of(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    """A controller owner reference to the ScheduledJob, as the operator writes it."""
+    obj = kube.get("scheduledjob", name, namespace)
+    assert obj is not None
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": "ScheduledJob",
+        "name": name,
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+    }
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], who: str) -> None:
+    """Refused by the fence, for the writer's identity (`who` is in the message)."""
+    assert result.returncode != 0, f"admitted: {result.stdout}"
+    assert "cronlease fencing:" in result.stderr, result.stderr
+    assert who in result.stderr, result.stderr
+
+
+def verdict(result: subprocess.CompletedProcess[str]) -> str:
+    """admitted, fenced (refused by cronlease's fence), or the error the call met otherwise."""
+    if result.returncode == 0:
+        return "admitted"
+    return "fenced" if "cronlease fencing:" in result.stderr else result.stderr.strip()
+
+
+def verdicts(outcomes: dict[str, subprocess.CompletedProcess[str]]) -> dict[str, str]:
+    """Compared whole, so that a failure shows every case at once."""
+    return {case: verdict(result) for case, result in outcomes.items()}
+
+
+@pytest.fixture
+def tenant(kube: Kube, namespace: str) -> Kube:
+    """A user bound to the built-in `edit` ClusterRole in the test's namespace, and nothing else."""
+    user = f"tenant-{namespace}"
+    kube.run(
+        "create", "rolebinding", "tenant-edit", "--clusterrole=edit", f"--user={user}",
+        "-n", namespace,
+    )  # fmt: skip
+    as_tenant = kube.as_user(user)
+    wait_for(
+        lambda: as_tenant.run("auth", "can-i", "create", "jobs", "-n", namespace, check=False)
+        .stdout.strip() == "yes",
+        10,
+        "the tenant's edit rights",
+    )  # fmt: skip
+    return as_tenant
+
+
+def test_a_tenant_cannot_forge_a_job_with_a_copied_token(
+    kube: Kube, namespace: str, operator: OperatorProcess, tenant: Kube
+) -> None:
+    """The forgery the token check alone let through: a Job for a future slot that carries
+    everything the operator trusts (owner, label, and the current leader and token, copied from
+    a real run the tenant can read). Taken as that slot's run, it would have replaced it."""
+    kube.apply(scheduledjob("real", namespace, schedule="*/2 * * * * *"))
+    [real, *_] = wait_for(lambda: jobs_of(kube, namespace, "real"), 15, "a real run")
+    slot = (int(datetime.now(UTC).timestamp()) + 600) // 2 * 2
+    metadata = real["metadata"]
+    forged = job(
+        namespace,
+        f"real-{slot}",
+        labels=metadata["labels"],
+        annotations={
+            **metadata["annotations"],
+            "cronlease.io/scheduled-at": datetime.fromtimestamp(slot, UTC).isoformat(),
+        },
+        owners=metadata["ownerReferences"],
+    )
+    assert_refused(tenant.create(forged, check=False), f"tenant-{namespace}")
+    assert kube.get("job", f"real-{slot}", namespace) is None
+
+
+def test_a_tenant_cannot_make_a_job_look_like_the_operators(
+    kube: Kube, namespace: str, crd: str, tenant: Kube
+) -> None:
+    """Unlabelled Jobs that carry a ScheduledJob owner or cronlease annotations are refused too,
+    and so is adding any of that to an existing Job; the tenant's ordinary Jobs and their edits
+    of other keys are not."""
+    kube.apply(scheduledjob("target", namespace, schedule="0 0 1 1 *", suspend=True))
+    owner = owner_of(kube, namespace, "target")
+    slot = {"cronlease.io/scheduled-at": "2030-01-01T00:00:00Z"}
+    ordinary = job(namespace, "ordinary", {"app": "report"}, {"example.com/note": "mine"})
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenant.run(*args[:1], "job", "ordinary", *args[1:], "-n", namespace, check=False)
+
+    outcomes = {
+        "create with an owner": tenant.create(job(namespace, "a", owners=[owner]), check=False),
+        "create with an annotation": tenant.create(
+            job(namespace, "b", annotations=slot), check=False
+        ),
+        "create with the label": tenant.create(job(namespace, "c", {LABEL: "target"}), check=False),
+        "create an ordinary Job": tenant.create(ordinary, check=False),
+        "label it": change("label", "tier=batch"),
+        "annotate it": change("annotate", "example.com/x=y"),
+        "add the label": change("label", f"{LABEL}=target"),
+        "add an annotation": change("annotate", "cronlease.io/leader=someone"),
+        "add an owner": change(
+            "patch", "--type=merge", "-p", json.dumps({"metadata": {"ownerReferences": [owner]}})
+        ),
+    }
+    assert verdicts(outcomes) == {
+        "create with an owner": "fenced",
+        "create with an annotation": "fenced",
+        "create with the label": "fenced",
+        "create an ordinary Job": "admitted",
+        "label it": "admitted",
+        "annotate it": "admitted",
+        "add the label": "fenced",
+        "add an annotation": "fenced",
+        "add an owner": "fenced",
+    }
+    for case, result in outcomes.items():
+        if verdict(result) == "fenced":
+            assert f'"tenant-{namespace}" may not' in result.stderr, (case, result.stderr)
+    metadata = kube.get("job", "ordinary", namespace)["metadata"]
+    assert metadata["labels"]["tier"] == "batch"
+    assert not [key for key in metadata["labels"] if key.startswith("cronlease.io/")]
+    assert not [key for key in metadata["annotations"] if key.startswith("cronlease.io/")]
+    assert not metadata.get("ownerReferences")
+
+
+def test_a_tenant_may_label_and_orphan_the_operators_jobs_but_not_move_them(
+    kube: Kube, namespace: str, operator: OperatorProcess, tenant: Kube
+) -> None:
+    """Labels of their own and orphaning (issue 13: keeping a Job for debugging) stay allowed;
+    moving a run to another slot is refused; the operator runs on and releases its finalizer."""
+    kube.apply(scheduledjob("keep", namespace, schedule="*/2 * * * * *"))
+    [first, *_] = wait_for(lambda: jobs_of(kube, namespace, "keep"), 15, "a first run")
+    name = first["metadata"]["name"]
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenant.run(*args[:1], "job", name, *args[1:], "-n", namespace, check=False)
+
+    orphan = [{"op": "remove", "path": "/metadata/ownerReferences"}]
+    outcomes = {
+        "label it": change("label", "debug=true"),
+        "move it": change(
+            "annotate", "--overwrite", "cronlease.io/scheduled-at=2030-01-01T00:00:00Z"
+        ),
+        "orphan it": change("patch", "--type=json", "-p", json.dumps(orphan)),
+    }
+    assert verdicts(outcomes) == {
+        "label it": "admitted",
+        "move it": "fenced",
+        "orphan it": "admitted",
+    }
+    wait_for(lambda: len(jobs_of(kube, namespace, "keep")) >= 3, 15, "runs after the orphaning")
+    wait_for(
+        lambda: not (kube.get("job", name, namespace) or {})["metadata"].get("finalizers"),
+        15,
+        "the orphaned Job's finalizer to be released",
+    )
+
+
+def test_a_job_held_for_its_record_keeps_its_label(
+    kube: Kube, namespace: str, operator_process: OperatorProcess, tenant: Kube
+) -> None:
+    """A Job holds the slot-record finalizer until its run is recorded (a moment, or until a
+    leader runs again after a crash), and a leader that starts cold finds it by its label: a
+    tenant may orphan it, but may remove the label only once it is released."""
+    operator_process.stop()  # nothing records or releases it meanwhile; the next test restarts it
+    kube.apply(scheduledjob("crashed", namespace, schedule="0 0 1 1 *", suspend=True))
+    held = job(namespace, "crashed-1", owners=[owner_of(kube, namespace, "crashed")])
+    held["metadata"]["finalizers"] = [FINALIZER]
+    as_operator = kube.as_user(OPERATOR)
+    as_operator.create(held)
+    as_operator.run("label", "job", "crashed-1", f"{LABEL}=crashed", "-n", namespace)
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenant.run(*args[:1], "job", "crashed-1", *args[1:], "-n", namespace, check=False)
+
+    orphan = [{"op": "remove", "path": "/metadata/ownerReferences"}]
+    release = [{"op": "remove", "path": "/metadata/finalizers"}]
+    try:
+        outcomes = {
+            "orphan it": change("patch", "--type=json", "-p", json.dumps(orphan)),
+            "unlabel it": change("label", f"{LABEL}-"),
+            "release it": change("patch", "--type=json", "-p", json.dumps(release)),
+            "unlabel it once released": change("label", f"{LABEL}-"),
+        }
+    finally:
+        kube.run("patch", "job", "crashed-1", "-n", namespace, "--type=merge",
+                 "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+    assert verdicts(outcomes) == {
+        "orphan it": "admitted",
+        "unlabel it": "fenced",
+        "release it": "admitted",
+        "unlabel it once released": "admitted",
+    }
+    assert "slot-record" in outcomes["unlabel it"].stderr
+
+
+def test_the_garbage_collector_orphans_the_operators_jobs(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Deleting a ScheduledJob with --cascade=orphan: the garbage collector removes the owner
+    reference from each of its Jobs, and the operator releases their finalizers."""
+    kube.apply(scheduledjob("gone", namespace, schedule="*/2 * * * * *"))
+    wait_for(lambda: len(jobs_of(kube, namespace, "gone")) >= 2, 15, "two runs")
+    kube.run("delete", "scheduledjob", "gone", "-n", namespace, "--cascade=orphan", "--wait=false")
+
+    def left_alone() -> list[dict[str, Any]] | None:
+        jobs = jobs_of(kube, namespace, "gone")
+        done = all(
+            not j["metadata"].get("ownerReferences")
+            and FINALIZER not in (j["metadata"].get("finalizers") or [])
+            for j in jobs
+        )
+        return jobs if done else None
+
+    wait_for(left_alone, 20, "every Job orphaned by the garbage collector and released")
+
+
+def test_only_the_operator_writes_scheduledjob_status(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Even a cluster admin's status write that names the current leader and token is refused:
+    status is the operator's record of which slots ran."""
+    kube.apply(scheduledjob("ledger", namespace, schedule="*/2 * * * * *"))
+
+    def written() -> dict[str, Any] | None:
+        status = status_of(kube, namespace, "ledger")
+        return status if status.get("leader") and "fencingToken" in status else None
+
+    status = wait_for(written, 15, "a status written by the operator")
+    patch = {"status": {"leader": status["leader"], "fencingToken": status["fencingToken"]}}
+    patch["status"]["runsCreated"] = 1000
+    result = kube.run(
+        "patch", "scheduledjob", "ledger", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(patch), check=False,
+    )  # fmt: skip
+    assert_refused(result, "writes ScheduledJob status")
+    assert status_of(kube, namespace, "ledger").get("runsCreated", 0) < 1000
+
+
+# Two releases side by side
+
+
+@contextlib.contextmanager
+def scoped_releases(kube: Kube, kubeconfig: Path, first: str, second: str) -> Iterator[Path]:
+    """The suite's release narrowed to `first`, and a second release for `second`, for the
+    duration; yields the second release's ServiceAccount kubeconfig. Afterwards the second
+    release is gone and the suite's release watches (and fences) all namespaces again."""
+    try:
+        install_chart(kubeconfig, "--set", f"watchNamespaces={{{first}}}")
+        install_chart(
+            kubeconfig, "--set", f"watchNamespaces={{{second}}}",
+            "--set", f"leaderElection.leaseName={OTHER_LEASE}",
+            release=OTHER_RELEASE, namespace=OTHER_NAMESPACE,
+        )  # fmt: skip
+        yield service_account_kubeconfig(
+            kubeconfig, kubeconfig.parent / "other-release-sa.kubeconfig",
+            account=OTHER_RELEASE, namespace=OTHER_NAMESPACE,
+        )  # fmt: skip
+    finally:
+        with contextlib.suppress(Exception):
+            uninstall_chart(kubeconfig, OTHER_RELEASE, OTHER_NAMESPACE)
+        kube.run("delete", "namespace", OTHER_NAMESPACE, "--wait=false", check=False)
+        install_chart(kubeconfig)
+
+
+def test_two_releases_with_disjoint_namespaces_run_side_by_side(
+    kube: Kube,
+    namespace: str,
+    k8s_cluster: Any,
+    operator_process: OperatorProcess,
+    operator_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """Each release's fence judges only the namespaces it watches: each operator runs its own
+    ScheduledJob (Jobs created, status written), while a labelled Job that names the right leader
+    and token is still refused from the other release's ServiceAccount."""
+    other = f"{namespace}-b"
+    kube.run("create", "namespace", other)
+    wait_for(lambda: kube.get("serviceaccount", "default", other), 30, "the default ServiceAccount")
+    operator_process.stop()  # it watches every namespace; the suite's next test restarts it
+    replicas: list[OperatorProcess] = []
+    try:
+        with scoped_releases(kube, Path(k8s_cluster.kubeconfig), namespace, other) as other_sa:
+            first = OperatorProcess(operator_kubeconfig, tmp_path, "release-a")
+            first.start(f"--namespace={namespace}")
+            replicas.append(first)
+            second = OperatorProcess(other_sa, tmp_path, "release-b")
+            replicas.append(second)
+            second.start(
+                f"--namespace={other}", f"--lease-namespace={OTHER_NAMESPACE}",
+                f"--lease-name={OTHER_LEASE}",
+            )  # fmt: skip
+            for ns in (namespace, other):
+                kube.apply(scheduledjob("tick", ns, schedule="*/2 * * * * *"))
+            for ns, replica in ((namespace, first), (other, second)):
+                wait_for(
+                    lambda n=ns: int(status_of(kube, n, "tick").get("runsCreated", 0)) >= 2,
+                    20,
+                    f"two runs recorded in {ns}",
+                )
+                jobs = jobs_of(kube, ns, "tick")
+                leaders = {j["metadata"]["annotations"]["cronlease.io/leader"] for j in jobs}
+                assert leaders == {replica.identity()}, (ns, leaders)
+
+            # Scoped, not open: in each release's namespace the other release's ServiceAccount
+            # (given every RBAC right) cannot create a Job, even one with the right leader.
+            for ns, stranger in ((namespace, OTHER_OPERATOR), (other, OPERATOR)):
+                [real, *_] = jobs_of(kube, ns, "tick")
+                forged = job(
+                    ns, "forged", real["metadata"]["labels"], real["metadata"]["annotations"]
+                )
+                as_stranger = kube.as_user(stranger, "system:masters")
+                assert_refused(as_stranger.create(forged, check=False), stranger)
+    finally:
+        for replica in replicas:
+            replica.stop()
+        kube.run("delete", "namespace", other, "--wait=false", check=False)
