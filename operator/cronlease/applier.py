@@ -44,6 +44,8 @@ T = TypeVar("T")
 
 # The fencing policy's refusals start with this (templates/fencing.yaml, messageExpression).
 FENCING_MESSAGE = "cronlease fencing:"
+# ...and a refusal of the writer itself (not the release's ServiceAccount) has this in it.
+FENCING_WRONG_WRITER = '" may not'
 # Retries of a write refused as stale while we still hold the Lease (the policy's cache lags).
 FENCING_RETRIES = 6
 # How long status writes and Events wait for a burst of creations to drain before going anyway.
@@ -265,6 +267,9 @@ class Applier:
             except ApiError as error:
                 if not is_fencing_refusal(error):
                     raise
+                if FENCING_WRONG_WRITER in error.body:  # no retry or takeover can help
+                    log.error("the fencing policy refuses this operator's identity: %s", error)
+                    raise RetryLater(f"not the release's ServiceAccount: {error.message}") from error
                 metrics.rejected_writes.inc()
                 log.warning("write refused by the fencing policy: %s", error.message)
                 if not await self.leadership.verify():

@@ -221,3 +221,16 @@ async def test_a_namespace_being_deleted_is_left_alone_not_retried() -> None:
     assert applied.outcome is Outcome.DONE
     assert applied.wake_at is None
     assert not [path for method, path in shell.server.calls if path.endswith("/events")]
+
+
+async def test_a_write_refused_for_the_writers_identity_is_not_taken_for_a_stale_lease() -> None:
+    """The fence refuses anyone but the release's ServiceAccount: an operator run under another
+    identity must say so, not verify its Lease and retry as after a takeover."""
+    shell = Shell()
+    shell.create("report")
+    refusal = f'{FENCING_MESSAGE} only system:serviceaccount:x:y writes; "alice" may not'
+    shell.server.fail("POST", JOB_PATH, 403, refusal, skip=1, times=10)
+    applied = await shell.apply("report")
+    assert applied.outcome is Outcome.RETRY
+    assert "not the release's ServiceAccount" in applied.error
+    assert [m for m, path in shell.server.calls if path.endswith("/jobs")].count("POST") == 2

@@ -180,10 +180,11 @@ class History(RuleBasedStateMachine):
             "unlabel": {"metadata": {"labels": {LABEL_SCHEDULEDJOB: None}}},
         }[how]
         held = FINALIZER_SLOT_RECORD in job["metadata"].get("finalizers", [])
-        if held and how in ("orphan", "label", "unlabel"):
+        if held and how in ("label", "unlabel"):
             # The fencing policy refuses these on a Job that holds the finalizer (for the moment
-            # between its creation and its record): stripped of what names its ScheduledJob, a
+            # between its creation and its record): with neither owner reference nor label, a
             # cold leader could neither record nor safely release it (docs/design-notes.md).
+            # Orphaning stays allowed (users and the garbage collector do it).
             return
         self.server.edit(*JOBS, NAMESPACE, job["metadata"]["name"], patch)
 
