@@ -269,7 +269,8 @@ class Applier:
                     raise
                 if FENCING_WRONG_WRITER in error.body:  # no retry or takeover can help
                     log.error("the fencing policy refuses this operator's identity: %s", error)
-                    raise RetryLater(f"not the release's ServiceAccount: {error.message}") from error
+                    why = f"not the release's ServiceAccount: {error.message}"
+                    raise RetryLater(why) from error
                 metrics.rejected_writes.inc()
                 log.warning("write refused by the fencing policy: %s", error.message)
                 if not await self.leadership.verify():
