@@ -134,11 +134,22 @@ def test_a_corrupted_job_affects_only_itself(
     (test_fence_scope.py), so the test writes it as that account, as a cluster admin can."""
     for name in ("mine", "theirs"):
         kube.apply(scheduledjob(name, namespace, schedule="*/2 * * * * *"))
-    [first, *_] = wait_for(lambda: jobs_of(kube, namespace, "mine"), 15, "a first run")
-    job = first["metadata"]["name"]
+    [first, second, *_] = wait_for(
+        lambda: len(jobs := jobs_of(kube, namespace, "mine")) >= 2 and jobs, 15, "two runs"
+    )
+    job, relabelled = first["metadata"]["name"], second["metadata"]["name"]
     as_operator = kube.as_user(f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}")
     for corrupt in ("cronlease.io/scheduled-at=x", "cronlease.io/fencing-token=y"):
         as_operator.run("annotate", "job", job, "-n", namespace, "--overwrite", corrupt)
+    as_operator.run(
+        "label",
+        "job",
+        relabelled,
+        "-n",
+        namespace,
+        "--overwrite",
+        "cronlease.io/scheduledjob=nobody",
+    )
 
     def runs(name: str) -> int:
         return int(status_of(kube, namespace, name).get("runsCreated", 0))
