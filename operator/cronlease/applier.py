@@ -29,7 +29,7 @@ from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
 from cronlease.model import Model
-from cronlease.naming import FINALIZER_SLOT_RECORD, TRIGGER_SCHEDULE
+from cronlease.naming import FINALIZER_SLOT_RECORD, TRIGGER_MANUAL, TRIGGER_SCHEDULE
 from cronlease.reconcile import (
     Decision,
     ObjectRef,
@@ -327,7 +327,13 @@ class Applier:
             existing = await self.api.get_job(sj.namespace, run.job_name)
             info = job_info(existing)
             self.model.upsert_job(existing)
-        if info.trusted and info.owner_uid == sj.uid and info.slot == run.slot:
+        # A manual run's slot is its decision's "now": the retry's differs; its token does not.
+        same_run = (
+            info.run_now_token == run.run_now_token
+            if run.trigger == TRIGGER_MANUAL
+            else info.slot == run.slot
+        )
+        if info.trusted and info.owner_uid == sj.uid and info.trigger == run.trigger and same_run:
             return info.uid
         # Someone else's Job holds the name: decided again at once, the slot is a NameConflict.
         self.model.name_taken(sj.namespace, sj.uid, info)
@@ -356,6 +362,9 @@ class Applier:
                 )
         except ApiError as error:
             if error.status in (404, 409, 422):  # gone, or another Job under that name now
+                if error.status == 422:
+                    log.warning("releasing Job %s refused: %s", release.job_name, error.message)
+                self.model.released(namespace, release.job_name)
                 return
             metrics.reconcile_errors.labels("release").inc()
             raise RetryLater(f"releasing Job {release.job_name}: {error}") from error

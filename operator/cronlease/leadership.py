@@ -272,7 +272,7 @@ class LeaseElector:
         else:
             # A new term: above any token seen, in case the Lease was recreated (count reset to
             # 0) or its count was edited down since; a token in use before must not come back.
-            token = self._max_token + 1
+            token = self._next_token()
             spec.update(acquireTime=now)
         spec.update(
             holderIdentity=self.identity,
@@ -296,7 +296,7 @@ class LeaseElector:
         if self._stopped:
             return
         now = _micro_time(datetime.now(UTC))
-        token = self._max_token + 1  # 0 for the first Lease we ever see
+        token = self._next_token()  # 0 for the first Lease we ever see
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -317,6 +317,12 @@ class LeaseElector:
                 return
             raise
         self._won(token, started)
+
+    def _next_token(self) -> int:
+        """One more than any token seen, but never past the field's int32 range (a Lease set to
+        its maximum would otherwise lock every replica out: each write refused). At the maximum a
+        new holder keeps the count; the fence still tells holders apart by identity."""
+        return min(self._max_token + 1, INT32_MAX)
 
     def _won(self, token: int, started: float) -> None:
         newly = not self.is_leading() or token != self._token

@@ -122,6 +122,7 @@ class Model:
         self._jobs: dict[Key, StoredJob] = {}
         self._jobs_by_owner: dict[OwnerKey, dict[str, JobInfo]] = {}
         self._owners: dict[OwnerKey, Key] = {}  # the ScheduledJobs in the model, by uid
+        self._taken: dict[OwnerKey, set[str]] = {}  # see name_taken(): dropped with the owner
         # Jobs still holding the slot-record finalizer, by the ScheduledJob their label names:
         # few (a finalizer is held for milliseconds), and the only way to find one whose owner
         # reference was removed or whose ScheduledJob is gone, so that it never blocks deletion.
@@ -163,7 +164,14 @@ class Model:
         key = key_of(obj)
         self._bury("sj", obj)
         self._scheduledjobs.pop(key, None)
-        self._owners.pop((key[0], obj["metadata"].get("uid", "")), None)
+        uid = obj["metadata"].get("uid", "")
+        self._owners.pop((key[0], uid), None)
+        for name in self._taken.pop((key[0], uid), ()):  # names it found held by others
+            owned = self._jobs_by_owner.get((key[0], uid))
+            if owned is not None:
+                owned.pop(name, None)
+                if not owned:
+                    del self._jobs_by_owner[(key[0], uid)]
 
     # Jobs
 
@@ -174,11 +182,13 @@ class Model:
             version_of(obj), current.version if current else None
         ):
             return
+        if key in self._out_of_sight:  # back in sight (its label restored): listed anew below
+            self.released(*key)
         stored = self._jobs[key] = _stored_job(obj)
         info = stored.info
         previous = None
-        if key in self._out_of_sight:  # back in sight (its label restored)
-            self.released(*key)
+        if current is not None and current.owner != stored.owner:
+            self._unhold(current)  # relabelled: no longer listed for its former label
         if current is not None and current.owner_key != stored.owner_key:
             # Its owner reference was removed or changed (a user keeping a Job for debugging):
             # it leaves its former owner, which must not count it as active any more.
@@ -262,10 +272,10 @@ class Model:
         """The ScheduledJob in the model that the Job's owner reference names, if any."""
         return self._owners.get((job.namespace, job.owner_uid)) if job.owner_uid else None
 
-    def ownerless_held_jobs(self, key: Key) -> list[JobInfo]:
-        """The held Jobs labelled for `key` that no ScheduledJob in the model owns: once `key`
-        is gone too, nothing can run their slots again."""
-        return [job for job in self.held_jobs(key) if self.creator(job) is None]
+    def releasable_held_jobs(self, key: Key) -> list[JobInfo]:
+        """The held Jobs labelled for `key` that no other ScheduledJob owns: once `key` is gone
+        or being deleted, nothing can run their slots again."""
+        return [job for job in self.held_jobs(key) if self.creator(job) in (None, key)]
 
     def name_taken(self, namespace: str, owner_uid: str, info: JobInfo) -> None:
         """A Job the leader did not write holds a name the ScheduledJob `owner_uid` needs (its
@@ -273,6 +283,7 @@ class Model:
         # Still `held` if it carries our finalizer (our own Job, orphaned): ours to release.
         taken = dataclasses.replace(info, owner_uid=owner_uid, trusted=False)
         self._jobs_by_owner.setdefault((namespace, owner_uid), {})[info.name] = taken
+        self._taken.setdefault((namespace, owner_uid), set()).add(info.name)
 
     def held_jobs(self, key: Key) -> list[JobInfo]:
         """The Jobs labelled for the ScheduledJob `key` that still hold the slot-record finalizer,

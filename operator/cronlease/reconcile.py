@@ -178,10 +178,10 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     try:
         spec = parse_spec(sj.name, sj.spec)
     except SpecError as error:
-        return _invalid(sj, str(error), now)
+        return _invalid(sj, jobs, str(error), now)
     refused = sj.status.get("templateError") or {}
     if refused.get("generation") == sj.generation:
-        return _invalid(sj, f"spec.jobTemplate: {refused.get('message', '')}", now)
+        return _invalid(sj, jobs, f"spec.jobTemplate: {refused.get('message', '')}", now)
     decision = Decision()
     status = dict(sj.status)
     cursor = _cursor(sj, spec, status, now, decision)
@@ -208,8 +208,11 @@ def _condition_true(status: dict[str, Any], condition_type: str) -> bool:
     )
 
 
-def _invalid(sj: ScheduledJobView, message: str, now: datetime) -> Decision:
-    """An invalid spec is reported once (condition + Warning Event) and never retried in a loop."""
+def _invalid(
+    sj: ScheduledJobView, jobs: Sequence[JobInfo], message: str, now: datetime
+) -> Decision:
+    """An invalid spec is reported once (condition + Warning Event) and never retried in a loop.
+    Jobs it created before are still released once recorded: that needs no valid spec."""
     status = dict(sj.status)
     conditions = list(status.get("conditions") or [])
     previous = next((c for c in conditions if c.get("type") == "InvalidSpec"), None)
@@ -220,6 +223,7 @@ def _invalid(sj: ScheduledJobView, message: str, now: datetime) -> Decision:
     decision = Decision(status=status)
     if previous is None or previous.get("status") != "True" or previous.get("message") != message:
         decision.events.append(EventRecord(EventType.WARNING, "InvalidSpec", message))
+    _plan_releases(sj, jobs, decision)
     return decision
 
 

@@ -114,8 +114,9 @@ class Scheduler:
         """One reconcile of the ScheduledJob `key` (or of the Jobs it leaves behind, if gone)."""
         obj = self.model.scheduledjob(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            # Gone: its Jobs go with it (the garbage collector), and none may wait on us.
-            return await self.applier.release(key[0], self.model.ownerless_held_jobs(key))
+            # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
+            # collector; a foreground deletion waits for them), and none may wait on us.
+            return await self.applier.release(key[0], self.model.releasable_held_jobs(key))
         return await self.applier.apply(obj, self.decide)
 
     async def decide(self, sj: ScheduledJobView) -> Decision:

@@ -8,6 +8,7 @@ only marks the Job, and the next decision, on this leader or the next, records i
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from builders import NAMESPACE
@@ -15,7 +16,14 @@ from shell import SLOT, Shell
 
 from cronlease.applier import Outcome
 from cronlease.kube import JOBS, SCHEDULEDJOBS
-from cronlease.naming import FINALIZER_SLOT_RECORD, format_time, scheduled_job_name
+from cronlease.naming import (
+    ANNOTATION_RUN_NOW,
+    FINALIZER_SLOT_RECORD,
+    LABEL_SCHEDULEDJOB,
+    format_time,
+    manual_job_name,
+    scheduled_job_name,
+)
 
 JOB = scheduled_job_name("report", SLOT, with_seconds=False)
 STATUS_PATH = r"/status$"
@@ -102,3 +110,52 @@ async def test_a_held_job_whose_owner_reference_is_removed_is_released() -> None
     assert (await shell.apply("report")).outcome is Outcome.DONE
     assert finalizers(shell) == {JOB: []}
     assert shell.status("report")["activeCount"] == 0  # not its Job any more
+
+
+async def test_a_scheduledjob_deleted_in_the_foreground_releases_its_held_jobs() -> None:
+    """A foreground deletion waits for its Jobs, and they waited for us: the decision that sees
+    the deletionTimestamp releases them (no decision will run their slots again)."""
+    shell = Shell()
+    shell.create("report")
+    shell.server.fail("PATCH", STATUS_PATH, 500)
+    await shell.apply("report")
+    marked = {"metadata": {"deletionTimestamp": "2026-01-05T08:31:01Z", "finalizers": ["fg"]}}
+    shell.server.edit(*SCHEDULEDJOBS, NAMESPACE, "report", marked)
+    obj = shell.server.get(*SCHEDULEDJOBS, NAMESPACE, "report")
+    assert obj is not None
+    shell.model.upsert_scheduledjob(obj)
+    assert (await shell.scheduler.reconcile((NAMESPACE, "report"))).outcome is Outcome.DONE
+    assert finalizers(shell) == {JOB: []}
+
+
+async def test_a_lost_run_now_create_is_adopted_as_the_run() -> None:
+    """A manual run's slot is its decision's "now", so the retry's differs: adoption matches its
+    token, or the operator's own Job would be taken for someone else's."""
+    shell = Shell()
+    shell.create("report", schedule="0 0 1 1 *")  # nothing due
+    annotation = {"metadata": {"annotations": {ANNOTATION_RUN_NOW: "t1"}}}
+    shell.server.edit(*SCHEDULEDJOBS, NAMESPACE, "report", annotation)
+    obj = shell.server.get(*SCHEDULEDJOBS, NAMESPACE, "report")
+    assert obj is not None
+    shell.model.upsert_scheduledjob(obj)
+    shell.server.lose("POST", r"/jobs$", skip=1)  # the first POST is the template's dry run
+    assert (await shell.apply("report")).outcome is Outcome.RETRY
+    shell.now += timedelta(seconds=3)
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    status = shell.status("report")
+    assert status["runsCreated"] == 1
+    assert finalizers(shell) == {manual_job_name("report", "t1"): []}
+
+
+async def test_a_relabelled_held_job_leaves_its_former_label() -> None:
+    shell = Shell()
+    shell.create("report")
+    shell.server.fail("PATCH", STATUS_PATH, 500)
+    await shell.apply("report")
+    relabel: dict[str, Any] = {"metadata": {"labels": {LABEL_SCHEDULEDJOB: "other"}}}
+    shell.server.edit(*JOBS, NAMESPACE, JOB, relabel)
+    stored = shell.server.get(*JOBS, NAMESPACE, JOB)
+    assert stored is not None
+    shell.model.upsert_job(stored)
+    assert shell.model.held_jobs((NAMESPACE, "report")) == []
+    assert [job.name for job in shell.model.held_jobs((NAMESPACE, "other"))] == [JOB]

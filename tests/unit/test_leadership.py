@@ -471,3 +471,15 @@ def test_timings_that_are_no_finite_seconds_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match=r"finite|2\^31|retry period < renew deadline"):
         ElectionConfig(NS, NAME, duration, deadline, retry)
+
+
+async def test_a_lease_at_the_largest_token_does_not_lock_everyone_out() -> None:
+    """leaseTransitions is an int32: one more than its maximum is refused by the API server on
+    every write, so a new holder keeps the maximum (the fence tells holders apart by name)."""
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("other", 2**31 - 1))
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    clock.now = 16  # the other holder's lease has expired
+    await elector.tick()
+    assert (elector.is_leading(), elector.token) == (True, 2**31 - 1)
