@@ -42,7 +42,7 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from devcluster.processes import free_port
 
-HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 
 
 Action = Literal["reject", "lose", "delay"]
@@ -119,7 +119,11 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
 
     async def proxy(request: web.Request) -> web.StreamResponse:
         if "client" not in session:
-            session["client"] = ClientSession(connector=TCPConnector(ssl=tls, limit=200))
+            # Bodies pass through as the server encoded them (a large LIST comes gzipped), with
+            # their Content-Encoding, for the client to decode as it asked to.
+            session["client"] = ClientSession(
+                connector=TCPConnector(ssl=tls, limit=200), auto_decompress=False
+            )
         body = await request.read()
         rule = next(
             (r for r in rules if r.fires(request.method, request.path, request.query_string)), None
@@ -139,6 +143,7 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
             headers=headers,
             data=body or None,
             timeout=None,
+            skip_auto_headers=("Accept-Encoding",),  # only what the client accepts
         ) as upstream_response:
             if rule is not None:
                 answer = str(upstream_response.status)
@@ -151,9 +156,12 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
                 if key.lower() not in HOP_HEADERS:
                     response.headers[key] = value
             await response.prepare(request)
-            async for chunk in upstream_response.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                async for chunk in upstream_response.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:
+                pass  # the client went away (it closed a watch): nobody to answer
             return response
 
     async def close(_: web.Application) -> None:

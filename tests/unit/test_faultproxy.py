@@ -16,7 +16,15 @@ from devcluster.faultproxy import Rule, make_app
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/cronlease-system/leases/cronlease-leader"
 
 
+BIG = [{"name": f"job-{i}", "padding": "x" * 100} for i in range(2000)]
+
+
 async def _upstream_answer(request: web.Request) -> web.Response:
+    if request.path == "/big":  # a large LIST: the API server gzips it if the client accepts it
+        response = web.json_response({"items": BIG})
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
     return web.json_response({"path": request.path})
 
 
@@ -68,3 +76,17 @@ async def test_a_rule_switched_on_and_off_at_run_time(proxied: tuple[str, list[R
             assert response.status == 404
         async with session.post(f"{url}/__faults/0", json={"enabled": "yes"}) as response:
             assert response.status == 400
+
+
+async def test_a_compressed_body_reaches_the_client_as_the_server_encoded_it(
+    proxied: tuple[str, list[Rule]],
+) -> None:
+    url, _ = proxied
+    async with ClientSession() as session:  # accepts gzip, and decodes it
+        async with session.get(url + "/big") as response:
+            assert response.headers.get("Content-Encoding") == "gzip"
+            assert (await response.json())["items"] == BIG
+        plain = {"Accept-Encoding": "identity"}
+        async with session.get(url + "/big", headers=plain) as response:
+            assert "Content-Encoding" not in response.headers
+            assert (await response.json())["items"] == BIG
