@@ -3,10 +3,11 @@
 Faults, in rotation: SIGKILL the leader, SIGSTOP it for longer than its lease (then SIGCONT),
 restart kube-apiserver (which drops every watch mid-stream), restart etcd, SIGKILL a standby, a
 replica stuck in a crash loop, a user deleting new Jobs the moment they appear (before their
-slot is recorded), and latency on the Lease path: the replicas reach the API server through the
-fault proxy (hack/devcluster/faultproxy.py), whose delay rule on the Lease's GET and PUT is
-switched on for a while, so the leader's renewals land after its renew deadline. Killed replicas
-come back after two seconds, as a Deployment would bring them back.
+slot is recorded), and latency on the leader's Lease path: each replica reaches the API server
+through its own fault proxy (hack/devcluster/faultproxy.py), and the leader's proxy holds its
+Lease GETs and PUTs, and some of its Job creates, for a while, so it loses the Lease to a standby
+while creates it sent as the leader are still on their way (the fence must refuse them). Killed
+replicas come back after two seconds, as a Deployment would bring them back.
 
 Against everything outside the spec all the time, not in rotation: a quarter of the
 ScheduledJobs have `ttlSecondsAfterFinished: 0` (the TTL controller deletes each Job as soon as
@@ -85,10 +86,10 @@ POPULATIONS = ("ttl-zero", "history-zero", "default", "default")
 USER_DELETES_SECONDS = 20.0
 USER_DELETES_SHARE = 0.5
 # lease-latency: from just before a slot, for three lease durations, every GET and PUT of the
-# operator's Lease is held 1.5 x the renew deadline (more than the lease duration too), and every
-# third Job create (not the dry runs) three lease durations: the leader loses the Lease while
-# some of its creates for that slot are on the way, and the fence must refuse those that arrive
-# after a takeover.
+# leader's Lease is held 1.5 x the renew deadline (more than the lease duration too), and every
+# third Job create of the leader (not the dry runs) three lease durations: the standbys, whose
+# requests are not held, take the Lease over while some of the old leader's creates for that slot
+# are on the way, and the fence must refuse those.
 LEASE_PATH = rf"^/apis/coordination\.k8s\.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/"
 LEASE_DELAY = 1.5 * ELECTION["renew_deadline"]
 LEASE_LATENCY_SECONDS = 3 * ELECTION["lease_duration"]
@@ -240,10 +241,14 @@ async def poll_lease(api: KubeApi, seen: Observations) -> None:
 class Replicas:
     """The operator replicas, and a Deployment's habit of restarting the ones that die."""
 
-    def __init__(self, kubeconfig: Path, work: Path, count: int, seen: Observations) -> None:
-        # `kubeconfig` points at the fault proxy: the replicas reach the API server through it.
-        self.all = [OperatorProcess(kubeconfig, work, f"chaos-{i}") for i in range(count)]
-        self.kubeconfig, self.work, self.seen = kubeconfig, work, seen
+    def __init__(self, proxies: dict[str, FaultProxy], work: Path, seen: Observations) -> None:
+        """One replica for each proxy, named as its key: it reaches the API server through it."""
+        self.proxies = proxies
+        self.all = [
+            OperatorProcess(proxy.kubeconfig, work, name) for name, proxy in proxies.items()
+        ]
+        self.kubeconfig = next(iter(proxies.values())).kubeconfig  # the crash loop's
+        self.work, self.seen = work, seen
 
     def start(self) -> None:
         for replica in self.all:
@@ -280,7 +285,7 @@ class Replicas:
             time.sleep(backoff)
 
 
-def inject(fault: str, cluster: Cluster, replicas: Replicas, proxy: FaultProxy) -> tuple[bool, str]:
+def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]:
     """Apply one fault (blocking); return whether it was applied, and what was done."""
     seen = replicas.seen
     if fault == "user-deletes":
@@ -293,8 +298,13 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas, proxy: FaultProxy) 
             f" ({held} still held by the slot-record finalizer)"
         )
     if fault == "lease-latency":
-        then = proxy.faults()
         time.sleep((PERIOD - 1 - time.time() % PERIOD) % PERIOD)  # to a second before a slot
+        leader = replicas.leader()
+        if leader is None:
+            return False, f"{fault}: no leader right now, skipped"
+        proxy = replicas.proxies[leader.name]
+        then = proxy.faults()
+        token = seen.lease[-1][2] if seen.lease else -1
         for index in range(len(LEASE_RULES)):
             proxy.switch(index, True)
         time.sleep(LEASE_LATENCY_SECONDS)
@@ -311,10 +321,13 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas, proxy: FaultProxy) 
         }
         for code, count in answers.items():
             seen.held_creates[code] = seen.held_creates.get(code, 0) + count
+        took_over = [holder for _, holder, t in seen.lease if t > token]
         return True, (
-            f"Lease GET/PUT held {LEASE_DELAY:.1f} s each for {LEASE_LATENCY_SECONDS:.0f} s"
-            f" ({leases} held), every third Job create held {CREATE_DELAY:.0f} s ({creates}"
-            f" held; the API server answered {answers or 'none'})"
+            f"leader {leader.name}'s Lease GET/PUT held {LEASE_DELAY:.1f} s each for "
+            f"{LEASE_LATENCY_SECONDS:.0f} s ({leases} held; "
+            f"{'taken over by ' + took_over[0] if took_over else 'no takeover'}), every third "
+            f"Job create held {CREATE_DELAY:.0f} s ({creates} held; the API server answered "
+            f"{answers or 'none'})"
         )
     if fault in ("kill-leader", "pause-leader"):
         leader = replicas.leader()
@@ -514,11 +527,12 @@ def report(
         "the ScheduledJobs with `ttlSecondsAfterFinished: 0`, a quarter with both history limits "
         "0, the rest keeping 2 successful and 1 failed. The slots expected are the auditor's own "
         "arithmetic (multiples of 10 s since the epoch in (creation, processedUntil]), not the "
-        "operator's `Schedule`. The replicas reach the API server through the fault proxy "
-        f"(during lease-latency, Lease GET/PUT held {LEASE_DELAY:.1f} s and every third Job "
-        f"create {CREATE_DELAY:.0f} s; election {ELECTION['lease_duration']:.0f} s lease, "
+        "operator's `Schedule`. Each replica reaches the API server through its own fault "
+        f"proxy (during lease-latency, the leader's Lease GET/PUT held {LEASE_DELAY:.1f} s "
+        f"and every third Job create of its {CREATE_DELAY:.0f} s; election "
+        f"{ELECTION['lease_duration']:.0f} s lease, "
         f"{ELECTION['renew_deadline']:.0f} s renew deadline); the auditor and the "
-        "user-deletes fault talk to it directly.",
+        "user-deletes fault talk to the API server directly.",
         "",
         "| figure | value | must be |",
         "|---|---|---|",
@@ -567,12 +581,18 @@ async def main_async(args: argparse.Namespace) -> int:
     print(f"work dir (operator and proxy logs): {work}", flush=True)
     try:
         with contextlib.ExitStack() as stack:
-            proxy = stack.enter_context(
-                faultproxy.running(cluster.kubeconfig, operator_config, LEASE_RULES, work)
-            )
-            replicas = Replicas(proxy.kubeconfig, work, args.replicas, seen)
-            stack.callback(replicas.stop)  # before the proxy goes
-            result = await chaos(args, api, namespace, cluster, replicas, proxy, seen)
+            proxies = {}
+            for i in range(args.replicas):
+                name = f"chaos-{i}"
+                (work / name).mkdir()
+                proxies[name] = stack.enter_context(
+                    faultproxy.running(
+                        cluster.kubeconfig, operator_config, LEASE_RULES, work / name
+                    )
+                )
+            replicas = Replicas(proxies, work, seen)
+            stack.callback(replicas.stop)  # before the proxies go
+            result = await chaos(args, api, namespace, cluster, replicas, seen)
     finally:
         with contextlib.suppress(Exception):  # never hide the error that got us here
             await api.request("DELETE", resource_path(NAMESPACES, name=namespace))
@@ -601,7 +621,6 @@ async def chaos(
     namespace: str,
     cluster: Cluster,
     replicas: Replicas,
-    proxy: FaultProxy,
     seen: Observations,
 ) -> dict[str, Any]:
     """Start the replicas and the ScheduledJobs, inject the faults, settle, and audit."""
@@ -627,7 +646,7 @@ async def chaos(
             await asyncio.sleep(args.fault_every)
             fault = FAULTS[index % len(FAULTS)]
             index += 1
-            applied, what = await asyncio.to_thread(inject, fault, cluster, replicas, proxy)
+            applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
             seen.faults.append(Fault(time.time() - start, fault, applied, what))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         # A quiet end: catch-ups within the deadline, then a clean status everywhere.

@@ -63,4 +63,7 @@ def test_short_chaos_run_audits_clean(
     assert audit["operator_restarts"] >= 1, audit
     # The user-deletes fault reached Jobs before their slots were recorded.
     assert audit["user_deletes_held"] >= 1, audit
+    # lease-latency: creates the old leader sent reached the API server after a standby took the
+    # Lease over (they are held 12 s, a takeover takes about 5), and the fence refused them.
+    assert audit["held_creates_refused"] >= 1, (audit, record["faults"])
     assert set(audit["by_population"]) == {"ttl-zero", "history-zero", "default"}, audit
