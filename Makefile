@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)/hack
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos soak clean
+.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -56,8 +56,11 @@ bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/r
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
 
-chaos: venv controlplane ## faults against 3 replicas and 100 ScheduledJobs, then an audit (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
+chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 0, no history, user deletions, Lease latency among them), then an audit (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)
+
+writes: venv controlplane ## API writes per slot, cronlease vs CronJob, counted by kube-apiserver (bench/results/writes.md)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/writes.py $(WRITES_ARGS)
 
 soak: venv ## a million Job deletions through the model in-process, RSS flat within 5% (bench/results/soak.md; no cluster)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/soak.py $(SOAK_ARGS)

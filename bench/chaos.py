@@ -1,13 +1,24 @@
 """make chaos: faults on a schedule against 3 replicas and many ScheduledJobs, then an audit.
 
 Faults, in rotation: SIGKILL the leader, SIGSTOP it for longer than its lease (then SIGCONT),
-restart kube-apiserver (which drops every watch mid-stream), restart etcd, SIGKILL a standby, and
-a replica stuck in a crash loop. Killed replicas come back after two seconds, as a Deployment
-would bring them back.
+restart kube-apiserver (which drops every watch mid-stream), restart etcd, SIGKILL a standby, a
+replica stuck in a crash loop, a user deleting new Jobs the moment they appear (before their
+slot is recorded), and latency on the leader's Lease path: each replica reaches the API server
+through its own fault proxy (hack/devcluster/faultproxy.py), and the leader's proxy holds its
+Lease GETs and PUTs, and some of its Job creates, for a while, so it loses the Lease to a standby
+while creates it sent as the leader are still on their way (the fence must refuse them). Killed
+replicas come back after two seconds, as a Deployment would bring them back.
+
+Against everything outside the spec all the time, not in rotation: a quarter of the
+ScheduledJobs have `ttlSecondsAfterFinished: 0` (the TTL controller deletes each Job as soon as
+it finishes), another quarter keep no history (successful and failed limits 0).
 
 The auditor watches from outside: every Job's ADDED event (re-listing after each outage), and the
 Lease's holder and token. At the end, for each ScheduledJob, every slot between its creation and
-its status.processedUntil must have exactly one Job or a skip for a reason the spec allows.
+its status.processedUntil must have exactly one Job ever created (never two uids) or a skip for a
+reason the spec allows, and no Job whose slot is recorded may still hold the slot-record
+finalizer. The slots expected come from the auditor's own oracle, not the operator's `Schedule`:
+the schedule fires every 10 s of UTC, so its slots are the multiples of 10 s since the epoch.
 The audit goes to bench/results/chaos-latest.md for people and chaos-latest.json for tests.
 
     make chaos                                   # 3 minutes
@@ -20,7 +31,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
+import random
 import signal
 import sys
 import tempfile
@@ -31,25 +44,31 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cronlease.cron import Schedule
+# The operator's API plumbing only (a client, a list-then-watch); what the audit expects, it
+# works out for itself.
 from cronlease.kube import JOBS, NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
 from cronlease.listwatch import ListWatch
-from cronlease.naming import (
-    ANNOTATION_FENCING_TOKEN,
-    ANNOTATION_LEADER,
-    ANNOTATION_SCHEDULED_AT,
-    LABEL_SCHEDULEDJOB,
-    parse_time,
-)
+from devcluster import faultproxy
 from devcluster.cluster import Cluster, cluster_dir, ensure_cluster
+from devcluster.faultproxy import FaultProxy, Rule
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.kwok import kwok_pod_template
 from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, REPO, OperatorProcess
 
 RUN_LABEL = "chaos.cronlease.io/run"
+POPULATION_LABEL = "chaos.cronlease.io/population"
 SCHEDULE = "*/10 * * * * *"
+PERIOD = 10  # the oracle: SCHEDULE in UTC fires at every multiple of 10 s since the epoch
 DEADLINE = 60  # longer than any outage injected here, so no slot may be lost
+CURSOR_SLACK = 5.0  # at the end, processedUntil may lag the clock by this much, not more
 ALLOWED_SKIPS = {"DeadlineExceeded", "ConcurrencyForbid"}
+# What the operator writes on a Job, by the names the CRD's documentation gives them (spelled out
+# here, not imported, so a rename in the operator shows up in the audit).
+LABEL_SCHEDULEDJOB = "cronlease.io/scheduledjob"
+ANNOTATION_SCHEDULED_AT = "cronlease.io/scheduled-at"
+ANNOTATION_LEADER = "cronlease.io/leader"
+ANNOTATION_FENCING_TOKEN = "cronlease.io/fencing-token"
+FINALIZER = "cronlease.io/slot-record"
 FAULTS = [
     "kill-leader",
     "pause-leader",
@@ -57,13 +76,63 @@ FAULTS = [
     "restart-etcd",
     "kill-standby",
     "crash-loop",
+    "user-deletes",
+    "lease-latency",
 ]
+# ScheduledJob i belongs to POPULATIONS[i % 4]: the Jobs of "ttl-zero" are deleted by the TTL
+# controller once they finish, those of "history-zero" by the operator's history cleanup.
+POPULATIONS = ("ttl-zero", "history-zero", "default", "default")
+# user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
+USER_DELETES_SECONDS = 20.0
+USER_DELETES_SHARE = 0.5
+# lease-latency: from just before a slot, for three lease durations, every GET and PUT of the
+# leader's Lease is held 1.5 x the renew deadline (more than the lease duration too), and every
+# third Job create of the leader (not the dry runs) three lease durations: the standbys, whose
+# requests are not held, take the Lease over while some of the old leader's creates for that slot
+# are on the way, and the fence must refuse those.
+LEASE_PATH = rf"^/apis/coordination\.k8s\.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/"
+LEASE_DELAY = 1.5 * ELECTION["renew_deadline"]
+LEASE_LATENCY_SECONDS = 3 * ELECTION["lease_duration"]
+CREATE_DELAY = 3 * ELECTION["lease_duration"]
+LEASE_RULES = [
+    *(
+        Rule(method, LEASE_PATH, "delay", seconds=LEASE_DELAY, enabled=False)
+        for method in ("GET", "PUT")
+    ),
+    Rule(
+        "POST",
+        r"^/apis/batch/v1/namespaces/[^/]+/jobs$",
+        "delay",
+        query=r"^(?!.*dryRun)",
+        seconds=CREATE_DELAY,
+        every=3,
+        enabled=False,
+    ),
+]
+
+
+def parse_instant(text: Any) -> datetime | None:
+    """An RFC 3339 time as the API server and the operator write it; None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return instant if instant.tzinfo is not None else None
+
+
+def expected_slots(born: datetime, until: datetime) -> range:
+    """The slots s with born < s <= until, in epoch seconds: the multiples of PERIOD."""
+    first = (math.floor(born.timestamp()) // PERIOD + 1) * PERIOD
+    last = math.floor(until.timestamp()) // PERIOD * PERIOD
+    return range(first, last + 1, PERIOD)
 
 
 @dataclass
 class Seen:
     scheduledjob: str
-    slot: datetime
+    slot: float  # epoch seconds
     leader: str
     token: int
     arrived: float  # when the auditor first saw it (epoch seconds)
@@ -83,17 +152,24 @@ class Observations:
     lease: list[tuple[float, str, int]] = field(default_factory=list)  # (time, holder, token)
     faults: list[Fault] = field(default_factory=list)
     restarts: int = 0
+    listings: int = 0  # the watcher's listings: the first, then one after each expired watch
+    deleting_until: float = 0.0  # user-deletes: new Jobs are deleted until then
+    user_deletes: int = 0  # DELETEs the API server accepted
+    user_deletes_held: int = 0  # ... of a Job the slot-record finalizer still held
+    user_deletes_failed: int = 0
+    held_creates: dict[str, int] = field(default_factory=dict)  # lease-latency: answers, by code
+    gone: set[str] = field(default_factory=set)  # uids of the Jobs seen DELETED
 
 
 def _seen(job: dict[str, Any]) -> Seen | None:
     metadata = job["metadata"]
     annotations = metadata.get("annotations") or {}
-    slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT))
+    slot = parse_instant(annotations.get(ANNOTATION_SCHEDULED_AT))
     if slot is None:
         return None
     return Seen(
         scheduledjob=(metadata.get("labels") or {}).get(LABEL_SCHEDULEDJOB, ""),
-        slot=slot,
+        slot=slot.timestamp(),
         leader=annotations.get(ANNOTATION_LEADER, ""),
         token=int(annotations.get(ANNOTATION_FENCING_TOKEN, "-1")),
         arrived=time.time(),
@@ -102,28 +178,50 @@ def _seen(job: dict[str, Any]) -> Seen | None:
 
 class JobSightings:
     """Every Job's first sighting, listed or watched (a list-then-watch's observer): after an
-    API server restart the listing finds what the broken watch missed."""
+    API server restart the watch resumes where it was, or lists again if its version expired.
+    While the user-deletes fault is on, it is also the user: it deletes a share of the Jobs it
+    sees ADDED at once, most of them before their slot is recorded."""
 
-    def __init__(self, seen: Observations) -> None:
-        self.seen = seen
+    def __init__(self, api: KubeApi, namespace: str, seen: Observations) -> None:
+        self.api, self.namespace, self.seen = api, namespace, seen
+        self.deletes: set[asyncio.Task[None]] = set()
 
     def listed_item(self, obj: dict[str, Any]) -> None:
         if obj["metadata"]["uid"] not in self.seen.jobs and (entry := _seen(obj)):
             self.seen.jobs[obj["metadata"]["uid"]] = entry
 
     def listed(self, version: str) -> None:
-        pass
+        self.seen.listings += 1
 
     def changed(self, event_type: str, obj: dict[str, Any]) -> None:
-        if event_type == "ADDED":
-            self.listed_item(obj)
+        if event_type == "DELETED":
+            self.seen.gone.add(obj["metadata"]["uid"])
+        if event_type != "ADDED":
+            return
+        self.listed_item(obj)
+        if time.time() < self.seen.deleting_until and random.random() < USER_DELETES_SHARE:
+            task = asyncio.get_running_loop().create_task(self.delete(obj["metadata"]["name"]))
+            self.deletes.add(task)
+            task.add_done_callback(self.deletes.discard)
+
+    async def delete(self, name: str) -> None:
+        """What `kubectl delete job NAME` does (background propagation)."""
+        path = resource_path(JOBS, self.namespace, name)
+        try:
+            answer = await self.api.request("DELETE", path, {"propagationPolicy": "Background"})
+        except Exception:
+            self.seen.user_deletes_failed += 1
+            return
+        self.seen.user_deletes += 1
+        if FINALIZER in ((answer or {}).get("metadata") or {}).get("finalizers", []):
+            self.seen.user_deletes_held += 1
 
     def failed(self, error: Exception) -> None:
         pass  # the API server is being restarted: the list-then-watch tries again
 
 
 async def watch_jobs(api: KubeApi, namespace: str, seen: Observations) -> None:
-    await ListWatch(api, resource_path(JOBS, namespace), JobSightings(seen)).run()
+    await ListWatch(api, resource_path(JOBS, namespace), JobSightings(api, namespace, seen)).run()
 
 
 async def poll_lease(api: KubeApi, seen: Observations) -> None:
@@ -143,9 +241,14 @@ async def poll_lease(api: KubeApi, seen: Observations) -> None:
 class Replicas:
     """The operator replicas, and a Deployment's habit of restarting the ones that die."""
 
-    def __init__(self, kubeconfig: Path, work: Path, count: int, seen: Observations) -> None:
-        self.all = [OperatorProcess(kubeconfig, work, f"chaos-{i}") for i in range(count)]
-        self.kubeconfig, self.work, self.seen = kubeconfig, work, seen
+    def __init__(self, proxies: dict[str, FaultProxy], work: Path, seen: Observations) -> None:
+        """One replica for each proxy, named as its key: it reaches the API server through it."""
+        self.proxies = proxies
+        self.all = [
+            OperatorProcess(proxy.kubeconfig, work, name) for name, proxy in proxies.items()
+        ]
+        self.kubeconfig = next(iter(proxies.values())).kubeconfig  # the crash loop's
+        self.work, self.seen = work, seen
 
     def start(self) -> None:
         for replica in self.all:
@@ -184,6 +287,48 @@ class Replicas:
 
 def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]:
     """Apply one fault (blocking); return whether it was applied, and what was done."""
+    seen = replicas.seen
+    if fault == "user-deletes":
+        before = seen.user_deletes, seen.user_deletes_held
+        seen.deleting_until = time.time() + USER_DELETES_SECONDS
+        time.sleep(USER_DELETES_SECONDS + 1)  # and a second for the last DELETEs to be answered
+        deleted, held = seen.user_deletes - before[0], seen.user_deletes_held - before[1]
+        return True, (
+            f"a user deleted {deleted} new Jobs as they appeared, for {USER_DELETES_SECONDS:.0f} s"
+            f" ({held} still held by the slot-record finalizer)"
+        )
+    if fault == "lease-latency":
+        time.sleep((PERIOD - 1 - time.time() % PERIOD) % PERIOD)  # to a second before a slot
+        leader = replicas.leader()
+        if leader is None:
+            return False, f"{fault}: no leader right now, skipped"
+        proxy = replicas.proxies[leader.name]
+        then = proxy.faults()
+        token = seen.lease[-1][2] if seen.lease else -1
+        for index in range(len(LEASE_RULES)):
+            proxy.switch(index, True)
+        time.sleep(LEASE_LATENCY_SECONDS)
+        for index in range(len(LEASE_RULES)):
+            proxy.switch(index, False)
+        time.sleep(max(LEASE_DELAY, CREATE_DELAY) + 1)  # the last held requests arrive
+        now = proxy.faults()
+        leases = sum(now[i]["fired"] - then[i]["fired"] for i in (0, 1))
+        creates = now[2]["fired"] - then[2]["fired"]
+        answers = {
+            code: count - then[2]["answers"].get(code, 0)
+            for code, count in now[2]["answers"].items()
+            if count - then[2]["answers"].get(code, 0)
+        }
+        for code, count in answers.items():
+            seen.held_creates[code] = seen.held_creates.get(code, 0) + count
+        took_over = [holder for _, holder, t in seen.lease if t > token]
+        return True, (
+            f"leader {leader.name}'s Lease GET/PUT held {LEASE_DELAY:.1f} s each for "
+            f"{LEASE_LATENCY_SECONDS:.0f} s ({leases} held; "
+            f"{'taken over by ' + took_over[0] if took_over else 'no takeover'}), every third "
+            f"Job create held {CREATE_DELAY:.0f} s ({creates} held; the API server answered "
+            f"{answers or 'none'})"
+        )
     if fault in ("kill-leader", "pause-leader"):
         leader = replicas.leader()
         if leader is None:
@@ -211,34 +356,86 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
     return True, "a replica crash-looped 3 times"
 
 
-def audit(scheduledjobs: list[dict[str, Any]], seen: Observations) -> dict[str, Any]:
-    by_slot: dict[tuple[str, datetime], set[str]] = {}
+def audit(
+    scheduledjobs: list[dict[str, Any]],
+    listed_at: float,
+    jobs: list[dict[str, Any]],
+    seen: Observations,
+) -> dict[str, Any]:
+    """`scheduledjobs` as listed at `listed_at`, after a quiet period; `jobs` as listed a few
+    seconds after them."""
+    by_slot: dict[tuple[str, float], set[str]] = {}
     for uid, job in seen.jobs.items():
         by_slot.setdefault((job.scheduledjob, job.slot), set()).add(uid)
-    expected = created = duplicated = missing = 0
+    expected = created = missing = behind = 0
     skips: dict[str, int] = {}
+    populations: dict[str, dict[str, int]] = {}
+    cursors: dict[str, float] = {}
+    born_at: dict[str, float] = {}
     for sj in scheduledjobs:
         name = sj["metadata"]["name"]
-        born = parse_time(sj["metadata"]["creationTimestamp"])
-        until = parse_time((sj.get("status") or {}).get("processedUntil"))
+        born = parse_instant(sj["metadata"]["creationTimestamp"])
+        until = parse_instant((sj.get("status") or {}).get("processedUntil"))
         if born is None or until is None:
             continue
-        slots = Schedule.parse(sj["spec"]["schedule"]).slots_between(born, until, limit=1_000_000)
-        ran = [slot for slot in slots if (name, slot) in by_slot]
+        cursors[name], born_at[name] = until.timestamp(), born.timestamp()
+        # Liveness: after the quiet end, every slot more than CURSOR_SLACK old is processed.
+        # (Without this, an operator that stopped scheduling would audit clean.)
+        behind += len(
+            range(
+                math.floor(until.timestamp()) // PERIOD * PERIOD + PERIOD,
+                math.floor(listed_at - CURSOR_SLACK) + 1,
+                PERIOD,
+            )
+        )
+        slots = expected_slots(born, until)
+        ran = sum(1 for slot in slots if (name, slot) in by_slot)
         skipped = (sj.get("status") or {}).get("slotsSkipped") or {}
         for reason, count in skipped.items():
             skips[reason] = skips.get(reason, 0) + int(count)
+        lost = max(0, len(slots) - ran - sum(int(c) for c in skipped.values()))
         expected += len(slots)
-        created += len(ran)
-        duplicated += sum(len(by_slot[(name, slot)]) - 1 for slot in ran)
-        missing += max(0, len(slots) - len(ran) - sum(int(c) for c in skipped.values()))
+        created += ran
+        missing += lost
+        kind = (sj["metadata"].get("labels") or {}).get(POPULATION_LABEL, "default")
+        row = populations.setdefault(
+            kind, {"scheduledjobs": 0, "expected": 0, "created": 0, "missing": 0, "gone": 0}
+        )
+        row["scheduledjobs"] += 1
+        row["expected"] += len(slots)
+        row["created"] += ran
+        row["missing"] += lost
+        # The Jobs gone before the end (TTL, history cleanup, a user): the paths under test ran.
+        row["gone"] += sum(
+            1 for uid, job in seen.jobs.items() if job.scheduledjob == name and uid in seen.gone
+        )
+    # Any slot, recorded yet or not, with two Jobs ever created is a duplicate.
+    duplicated = sum(len(uids) - 1 for uids in by_slot.values())
+    # A Job for no slot the oracle names: off the 10 s grid, or not after its ScheduledJob's
+    # creation (a Job the auditor could not attribute counts here too).
+    off_schedule = sum(
+        1
+        for job in seen.jobs.values()
+        if job.slot % PERIOD != 0
+        or job.scheduledjob not in born_at
+        or job.slot <= born_at[job.scheduledjob]
+    )
+    # A recorded slot whose Job still holds the finalizer: its release was lost.
+    held = 0
+    for listed in jobs:
+        metadata = listed["metadata"]
+        entry = _seen(listed)
+        if FINALIZER not in (metadata.get("finalizers") or []) or entry is None:
+            continue
+        if entry.slot <= cursors.get(entry.scheduledjob, -math.inf):
+            held += 1
     # A Job is from a stale leader if a newer token had been seen more than a second before it.
     stale = sum(
         1
         for job in seen.jobs.values()
         if any(token > job.token and at < job.arrived - 1.0 for at, _, token in seen.lease)
     )
-    lags = [job.arrived - job.slot.timestamp() for job in seen.jobs.values()]
+    lags = [job.arrived - job.slot for job in seen.jobs.values()]
     return {
         "slots_expected": expected,
         "slots_created": created,
@@ -246,11 +443,23 @@ def audit(scheduledjobs: list[dict[str, Any]], seen: Observations) -> dict[str, 
         "disallowed_skips": sum(v for k, v in skips.items() if k not in ALLOWED_SKIPS),
         "duplicates": duplicated,
         "silent_losses": missing,
+        "slots_not_processed": behind,
+        "off_schedule_jobs": off_schedule,
         "stale_leader_writes": stale,
+        "held_after_recorded": held,
+        "jobs_seen": len(seen.jobs),
+        "jobs_left_at_end": len(jobs),
+        "user_deletes": seen.user_deletes,
+        "user_deletes_held": seen.user_deletes_held,
+        "user_deletes_failed": seen.user_deletes_failed,
+        "watch_relistings": max(0, seen.listings - 1),
+        "held_creates": sum(seen.held_creates.values()),
+        "held_creates_refused": seen.held_creates.get("403", 0),
         "operator_restarts": seen.restarts,
         "leader_changes": max(0, len({token for _, _, token in seen.lease}) - 1),
         "max_lag_s": round(max(lags, default=0.0), 2),
         "skips_by_reason": skips,
+        "by_population": populations,
     }
 
 
@@ -262,12 +471,30 @@ LABELS = {
     "disallowed_skips": "skipped for reasons not allowed",
     "duplicates": "duplicated",
     "silent_losses": "missing without a reason",
+    "slots_not_processed": f"slots older than {CURSOR_SLACK:.0f} s not yet processed at the end",
+    "off_schedule_jobs": "Jobs for no expected slot",
     "stale_leader_writes": "stale-leader writes admitted",
+    "held_after_recorded": "recorded slots whose Job still holds the finalizer at the end",
+    "jobs_seen": "Jobs seen by the auditor",
+    "jobs_left_at_end": "Jobs left at the end",
+    "user_deletes": "Jobs deleted by the user-deletes fault",
+    "user_deletes_held": "... of them while the finalizer held them (slot not yet recorded)",
+    "watch_relistings": "auditor's watch relistings (expired watches)",
+    "held_creates": "Job creates held by lease-latency",
+    "held_creates_refused": "... refused by the fence when they arrived (403)",
     "operator_restarts": "operator restarts",
     "leader_changes": "leader changes",
     "max_lag_s": "maximum lag s",
 }
-MUST_BE_ZERO = ("duplicates", "silent_losses", "stale_leader_writes", "disallowed_skips")
+MUST_BE_ZERO = (
+    "duplicates",
+    "silent_losses",
+    "slots_not_processed",
+    "off_schedule_jobs",
+    "stale_leader_writes",
+    "disallowed_skips",
+    "held_after_recorded",
+)
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -278,19 +505,51 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "replicas": args.replicas,
         "schedule": SCHEDULE,
         "starting_deadline_s": DEADLINE,
+        "populations": list(POPULATIONS),
+        "user_deletes_s": USER_DELETES_SECONDS,
+        "user_deletes_share": USER_DELETES_SHARE,
+        "lease_delay_s": LEASE_DELAY,
+        "create_delay_s": CREATE_DELAY,
+        "lease_latency_s": LEASE_LATENCY_SECONDS,
+        "election": ELECTION,
     }
 
 
-def report(result: dict[str, Any], args: argparse.Namespace, faults: list[Fault]) -> str:
+def report(
+    result: dict[str, Any], args: argparse.Namespace, faults: list[Fault], elapsed: float
+) -> str:
     lines = [
         f"# Chaos run: {args.duration:.0f} s of faults, {args.scheduledjobs} ScheduledJobs "
         f"({SCHEDULE}, startingDeadlineSeconds {DEADLINE}), {args.replicas} replicas",
+        "",
+        f"`python bench/chaos.py --duration {args.duration:.0f} --fault-every "
+        f"{args.fault_every:.0f}` ({elapsed / 60:.0f} minutes in all). Populations: a quarter of "
+        "the ScheduledJobs with `ttlSecondsAfterFinished: 0`, a quarter with both history limits "
+        "0, the rest keeping 2 successful and 1 failed. The slots expected are the auditor's own "
+        "arithmetic (multiples of 10 s since the epoch in (creation, processedUntil]), not the "
+        "operator's `Schedule`. Each replica reaches the API server through its own fault "
+        f"proxy (during lease-latency, the leader's Lease GET/PUT held {LEASE_DELAY:.1f} s "
+        f"and every third Job create of its {CREATE_DELAY:.0f} s; election "
+        f"{ELECTION['lease_duration']:.0f} s lease, "
+        f"{ELECTION['renew_deadline']:.0f} s renew deadline); the auditor and the "
+        "user-deletes fault talk to the API server directly.",
         "",
         "| figure | value | must be |",
         "|---|---|---|",
     ]
     for key, label in LABELS.items():
         lines.append(f"| {label} | {result[key]} | {'0' if key in MUST_BE_ZERO else ''} |")
+    lines += [
+        "",
+        "| population | ScheduledJobs | slots expected | slots created | missing "
+        "| Jobs deleted during the run |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, row in sorted(result["by_population"].items()):
+        lines.append(
+            f"| {kind} | {row['scheduledjobs']} | {row['expected']} | {row['created']} "
+            f"| {row['missing']} | {row['gone']} |"
+        )
     lines += [
         "",
         f"Skips by reason: {result['skips_by_reason'] or 'none'}",
@@ -310,6 +569,7 @@ async def main_async(args: argparse.Namespace) -> int:
         cluster = loaded
     else:
         cluster = ensure_cluster()
+    began = time.time()
     install_chart(cluster.kubeconfig)
     work = Path(tempfile.mkdtemp(prefix="cronlease-chaos-"))
     operator_config = service_account_kubeconfig(cluster.kubeconfig, work / "kubeconfig")
@@ -318,58 +578,27 @@ async def main_async(args: argparse.Namespace) -> int:
     seen = Observations()
     namespace = f"chaos-{uuid.uuid4().hex[:6]}"
     await api.request("POST", resource_path(NAMESPACES), {"metadata": {"name": namespace}})
-    replicas = Replicas(operator_config, work, args.replicas, seen)
-    await asyncio.to_thread(replicas.start)
-    tasks = [
-        asyncio.create_task(watch_jobs(api, namespace, seen)),
-        asyncio.create_task(poll_lease(api, seen)),
-    ]
-    template = {"spec": {"backoffLimit": 0, "template": kwok_pod_template("1s")}}
-    for i in range(args.scheduledjobs):
-        await api.request(
-            "POST",
-            resource_path(SCHEDULEDJOBS, namespace),
-            {
-                "apiVersion": "cronlease.io/v1alpha1",
-                "kind": "ScheduledJob",
-                "metadata": {"name": f"c{i:04d}", "labels": {RUN_LABEL: namespace}},
-                "spec": {
-                    "schedule": SCHEDULE,
-                    "startingDeadlineSeconds": DEADLINE,
-                    "successfulJobsHistoryLimit": 2,
-                    "failedJobsHistoryLimit": 1,
-                    "jobTemplate": template,
-                },
-            },
-        )
-    start = time.time()
-    print(
-        f"{args.scheduledjobs} ScheduledJobs in {namespace}; faults every {args.fault_every:.0f} s",
-        flush=True,
-    )
-    index = 0
+    print(f"work dir (operator and proxy logs): {work}", flush=True)
     try:
-        # Every kind of fault at least once, however short the run.
-        while time.time() - start < args.duration or index < len(FAULTS):
-            await asyncio.sleep(args.fault_every)
-            fault = FAULTS[index % len(FAULTS)]
-            index += 1
-            applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
-            seen.faults.append(Fault(time.time() - start, fault, applied, what))
-            print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
-        # Let the operator settle: catch-ups within the deadline, then a clean status everywhere.
-        await asyncio.sleep(DEADLINE / 2)
-        listed = await api.request("GET", resource_path(SCHEDULEDJOBS, namespace))
-        await asyncio.sleep(2)  # Jobs whose creation preceded the status we just read
-        result = audit(listed["items"], seen)
+        with contextlib.ExitStack() as stack:
+            proxies = {}
+            for i in range(args.replicas):
+                name = f"chaos-{i}"
+                (work / name).mkdir()
+                proxies[name] = stack.enter_context(
+                    faultproxy.running(
+                        cluster.kubeconfig, operator_config, LEASE_RULES, work / name
+                    )
+                )
+            replicas = Replicas(proxies, work, seen)
+            stack.callback(replicas.stop)  # before the proxies go
+            result = await chaos(args, api, namespace, cluster, replicas, seen)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.to_thread(replicas.stop)
         with contextlib.suppress(Exception):  # never hide the error that got us here
             await api.request("DELETE", resource_path(NAMESPACES, name=namespace))
         await api.close()
-    text = report(result, args, seen.faults)
+    elapsed = time.time() - began
+    text = report(result, args, seen.faults, elapsed)
     print(text)
     failed = [key for key in MUST_BE_ZERO if result[key]]
     record = {
@@ -386,6 +615,78 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0
 
 
+async def chaos(
+    args: argparse.Namespace,
+    api: KubeApi,
+    namespace: str,
+    cluster: Cluster,
+    replicas: Replicas,
+    seen: Observations,
+) -> dict[str, Any]:
+    """Start the replicas and the ScheduledJobs, inject the faults, settle, and audit."""
+    await asyncio.to_thread(replicas.start)
+    tasks = [
+        asyncio.create_task(watch_jobs(api, namespace, seen)),
+        asyncio.create_task(poll_lease(api, seen)),
+    ]
+    try:
+        for i in range(args.scheduledjobs):
+            await api.request(
+                "POST", resource_path(SCHEDULEDJOBS, namespace), scheduledjob(i, namespace)
+            )
+        start = time.time()
+        print(
+            f"{args.scheduledjobs} ScheduledJobs in {namespace}; "
+            f"faults every {args.fault_every:.0f} s",
+            flush=True,
+        )
+        index = 0
+        # Every kind of fault at least once, however short the run.
+        while time.time() - start < args.duration or index < len(FAULTS):
+            await asyncio.sleep(args.fault_every)
+            fault = FAULTS[index % len(FAULTS)]
+            index += 1
+            applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
+            seen.faults.append(Fault(time.time() - start, fault, applied, what))
+            print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
+        # A quiet end: catch-ups within the deadline, then a clean status everywhere.
+        await asyncio.sleep(DEADLINE / 2)
+        listed_at = time.time()
+        listed = await api.request("GET", resource_path(SCHEDULEDJOBS, namespace))
+        # Jobs whose creation preceded the status just read arrive meanwhile, and a slot recorded
+        # in it has had its Job released (right after that status write) by then.
+        await asyncio.sleep(5)
+        jobs = await api.request("GET", resource_path(JOBS, namespace))
+        return audit(listed["items"], listed_at, jobs["items"], seen)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def scheduledjob(index: int, namespace: str) -> dict[str, Any]:
+    population = POPULATIONS[index % len(POPULATIONS)]
+    job_spec: dict[str, Any] = {"backoffLimit": 0, "template": kwok_pod_template("1s")}
+    history = {"successfulJobsHistoryLimit": 2, "failedJobsHistoryLimit": 1}
+    if population == "ttl-zero":
+        job_spec["ttlSecondsAfterFinished"] = 0
+    elif population == "history-zero":
+        history = {"successfulJobsHistoryLimit": 0, "failedJobsHistoryLimit": 0}
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {
+            "name": f"c{index:04d}",
+            "labels": {RUN_LABEL: namespace, POPULATION_LABEL: population},
+        },
+        "spec": {
+            "schedule": SCHEDULE,
+            "startingDeadlineSeconds": DEADLINE,
+            **history,
+            "jobTemplate": {"spec": job_spec},
+        },
+    }
+
+
 def save(text: str, record: dict[str, Any], out: Path) -> None:
     """Replace the previous run's results: git keeps the history."""
     out.mkdir(parents=True, exist_ok=True)
@@ -399,7 +700,13 @@ def main() -> None:
     )
     parser.add_argument("--duration", type=float, default=180, help="seconds of fault injection")
     parser.add_argument("--fault-every", type=float, default=20, help="seconds between faults")
-    parser.add_argument("--scheduledjobs", type=int, default=100)
+    parser.add_argument(
+        "--scheduledjobs",
+        type=int,
+        default=40,
+        help="ScheduledJobs (each one Job every 10 s); more than the job controller finishes "
+        "at its default 20 requests/s leave Jobs unfinished, so TTL and history never act",
+    )
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument(
         "--kubeconfig", help="the running devcluster's kubeconfig (default: start one)"

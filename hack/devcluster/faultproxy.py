@@ -12,7 +12,10 @@ acts on every `every`-th matching request:
           only then, as if the client had been paused between deciding and sending.
 Watches and other responses stream through untouched. GET /__faults returns each rule's counters:
 how many requests it saw and acted on, how many it holds now, and the server's answers (status
-code: count) to the requests it forwarded. `FaultProxy` runs the proxy as a process for tests.
+code: count) to the requests it forwarded. A rule can start switched off (`enabled: false`) and be
+switched at run time: POST /__faults/INDEX with {"enabled": true|false} (a fault that comes and
+goes, as in bench/chaos.py); a rule that is off lets every request through and counts nothing.
+`FaultProxy` runs the proxy as a process for tests.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from devcluster.processes import free_port
 
-HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 
 
 Action = Literal["reject", "lose", "delay"]
@@ -54,6 +57,7 @@ class Rule:
     status: int = 500  # reject: the status answered
     seconds: float = 0.0  # delay: how long a request is held before it is forwarded
     query: str = ""  # a regular expression, searched in the query string ("" matches all)
+    enabled: bool = True  # off: the rule matches nothing (switched by POST /__faults/INDEX)
     seen: int = field(default=0, init=False)
     fired: int = field(default=0, init=False)
     held: int = field(default=0, init=False)
@@ -74,11 +78,13 @@ class Rule:
 
     def report(self) -> dict[str, Any]:
         return {"method": self.method, "path": self.path, "action": self.action,
-                "seen": self.seen, "fired": self.fired, "held": self.held,
+                "enabled": self.enabled, "seen": self.seen, "fired": self.fired, "held": self.held,
                 "answers": self.answers}  # fmt: skip
 
     def fires(self, method: str, path: str, query: str) -> bool:
-        if method != self.method or not self._path.search(path) or not self._query.search(query):
+        if not self.enabled or method != self.method:
+            return False
+        if not self._path.search(path) or not self._query.search(query):
             return False
         self.seen += 1
         if self.seen % self.every:
@@ -101,9 +107,23 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
     async def faults(_: web.Request) -> web.Response:
         return web.json_response([rule.report() for rule in rules])
 
+    async def switch(request: web.Request) -> web.Response:
+        index = int(request.match_info["index"])
+        if not 0 <= index < len(rules):
+            return _status(404, f"no rule {index}")
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("enabled"), bool):
+            return _status(400, 'expected {"enabled": true|false}')
+        rules[index].enabled = body["enabled"]
+        return web.json_response(rules[index].report())
+
     async def proxy(request: web.Request) -> web.StreamResponse:
         if "client" not in session:
-            session["client"] = ClientSession(connector=TCPConnector(ssl=tls, limit=200))
+            # Bodies pass through as the server encoded them (a large LIST comes gzipped), with
+            # their Content-Encoding, for the client to decode as it asked to.
+            session["client"] = ClientSession(
+                connector=TCPConnector(ssl=tls, limit=200), auto_decompress=False
+            )
         body = await request.read()
         rule = next(
             (r for r in rules if r.fires(request.method, request.path, request.query_string)), None
@@ -123,6 +143,7 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
             headers=headers,
             data=body or None,
             timeout=None,
+            skip_auto_headers=("Accept-Encoding",),  # only what the client accepts
         ) as upstream_response:
             if rule is not None:
                 answer = str(upstream_response.status)
@@ -135,9 +156,12 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
                 if key.lower() not in HOP_HEADERS:
                     response.headers[key] = value
             await response.prepare(request)
-            async for chunk in upstream_response.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                async for chunk in upstream_response.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:
+                pass  # the client went away (it closed a watch): nobody to answer
             return response
 
     async def close(_: web.Application) -> None:
@@ -147,12 +171,19 @@ def make_app(upstream: str, tls: ssl.SSLContext, rules: list[Rule]) -> web.Appli
     app = web.Application(client_max_size=32 * 1024 * 1024)
     app.on_cleanup.append(close)
     app.router.add_get("/__faults", faults)
+    app.router.add_post(r"/__faults/{index:\d+}", switch)
     app.router.add_route("*", "/{tail:.*}", proxy)
     return app
 
 
 def _status(code: int, message: str) -> web.Response:
-    reason = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError"}.get(code, "Unknown")
+    reason = {
+        400: "BadRequest",
+        404: "NotFound",
+        409: "Conflict",
+        429: "TooManyRequests",
+        500: "InternalError",
+    }.get(code, "Unknown")
     body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -175,6 +206,18 @@ class FaultProxy:
     def faults(self) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.url}/__faults", timeout=5) as response:
             result: list[dict[str, Any]] = json.load(response)
+            return result
+
+    def switch(self, index: int, enabled: bool) -> dict[str, Any]:
+        """Turn rule `index` on or off; returns its counters."""
+        request = urllib.request.Request(
+            f"{self.url}/__faults/{index}",
+            data=json.dumps({"enabled": enabled}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            result: dict[str, Any] = json.load(response)
             return result
 
 

@@ -1,5 +1,6 @@
-"""The short variant of `make chaos`: every kind of fault once, against 3 replicas and 100
-ScheduledJobs every 10 s, then the audit: nothing duplicated, nothing missing, no stale write."""
+"""The short variant of `make chaos`: every kind of fault once, against 3 replicas and 40
+ScheduledJobs every 10 s (a quarter with TTL 0, a quarter with no history), then the audit:
+nothing duplicated, nothing missing, no stale write, no recorded slot's Job left held."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ FAULT_KINDS = {
     "restart-etcd",
     "kill-standby",
     "crash-loop",
+    "user-deletes",
+    "lease-latency",
 }
 
 
@@ -42,7 +45,15 @@ def test_short_chaos_run_audits_clean(
     audit = record["audit"]
     assert audit["slots_expected"] >= 500, audit
     assert audit["slots_created"] == audit["slots_expected"], audit
-    for must_be_zero in ("duplicates", "silent_losses", "stale_leader_writes", "disallowed_skips"):
+    for must_be_zero in (
+        "duplicates",
+        "silent_losses",
+        "slots_not_processed",
+        "off_schedule_jobs",
+        "stale_leader_writes",
+        "disallowed_skips",
+        "held_after_recorded",
+    ):
         assert audit[must_be_zero] == 0, (must_be_zero, audit)
     assert record["failed"] == [], record["failed"]
     # An audit of a run whose faults hit nobody would prove nothing.
@@ -50,3 +61,9 @@ def test_short_chaos_run_audits_clean(
     assert applied == FAULT_KINDS, record["faults"]
     assert audit["leader_changes"] >= 1, audit
     assert audit["operator_restarts"] >= 1, audit
+    # The user-deletes fault reached Jobs before their slots were recorded.
+    assert audit["user_deletes_held"] >= 1, audit
+    # lease-latency: creates the old leader sent reached the API server after a standby took the
+    # Lease over (they are held 12 s, a takeover takes about 5), and the fence refused them.
+    assert audit["held_creates_refused"] >= 1, (audit, record["faults"])
+    assert set(audit["by_population"]) == {"ttl-zero", "history-zero", "default"}, audit
