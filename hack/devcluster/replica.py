@@ -70,26 +70,27 @@ class OperatorProcess:
                 ],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
-        self._wait_healthy()
+        self._wait_ready()
 
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def _wait_healthy(self, timeout: float = 30) -> None:
+    def _wait_ready(self, timeout: float = 30) -> None:
+        """Until /readyz answers: the replica's Job watch has listed (its model is synced)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running:
                 raise RuntimeError(f"operator exited at start; see {self.log_path}")
             try:
-                url = f"http://127.0.0.1:{self.health_port}/healthz"
+                url = f"http://127.0.0.1:{self.health_port}/readyz"
                 with urllib.request.urlopen(url, timeout=1) as response:
                     if response.status == 200:
                         return
             except OSError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"operator not healthy after {timeout} s; see {self.log_path}")
+        raise RuntimeError(f"operator not ready after {timeout} s; see {self.log_path}")
 
     @property
     def pid(self) -> int:
