@@ -4,6 +4,7 @@ fault injection. Leases are short so failovers take seconds."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 from cronlease.leadership import ElectionConfig
 from devcluster.processes import free_port
 
+# The operator's first log line names its Lease identity (in text and in JSON logs alike).
+STARTING = re.compile(r"\bcronlease (\S+) starting;")
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = "cronlease"  # the Helm release; also the chart's ServiceAccount name
 OPERATOR_NAMESPACE = "cronlease-system"
@@ -100,11 +103,8 @@ class OperatorProcess:
     def identity(self) -> str | None:
         """This replica's Lease identity (the pod name plus a random suffix), from the log of its
         latest start (the log is appended to across restarts)."""
-        found = None
-        for line in self.log_path.read_text().splitlines():
-            if "cronlease " in line and " starting;" in line:
-                found = line.split("cronlease ", 1)[1].split(" starting;")[0]
-        return found
+        starts = STARTING.findall(self.log_path.read_text())
+        return starts[-1] if starts else None
 
     def log(self) -> str:
         return self.log_path.read_text()

@@ -150,9 +150,9 @@ async def run(args: argparse.Namespace) -> None:
     )
     health_server = await health.serve(args.health_bind, checks)
     log.info(
-        "cronlease %s (%s) starting; namespaces: %s",
-        version(),
+        "cronlease %s starting; version %s; namespaces: %s",
         identity,
+        version(),
         ", ".join(namespaces) or "all",
     )
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))

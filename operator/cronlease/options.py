@@ -9,12 +9,17 @@ import os
 import socket
 from collections.abc import Sequence
 from importlib import metadata
+from typing import Any
 
 import kopf
 
 from cronlease.leadership import ElectionConfig
 
-LOG_FORMATS = {"text": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}
+# kopf takes a format string where it takes a LogFormat (its own text formats differ from ours).
+LOG_FORMATS: dict[str, Any] = {
+    "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    "json": kopf.LogFormat.JSON,
+}
 
 
 def version() -> str:
