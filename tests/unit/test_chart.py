@@ -117,6 +117,7 @@ def test_pods_run_non_root_read_only_without_capabilities() -> None:
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"]["drop"] == ["ALL"]
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["resources"]["limits"]["memory"]
     assert deployment["spec"]["replicas"] == 2
     assert pod["affinity"]["podAntiAffinity"]
