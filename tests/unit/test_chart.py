@@ -22,10 +22,18 @@ CHART = REPO / "manifests" / "helm" / "cronlease"
 GOLDEN = Path(__file__).with_name("golden")
 HELM = os.environ.get("HELM", str(REPO / ".cache" / "bin" / "helm"))
 
+# Everything the Observability section of the README turns on.
+OBSERVABILITY = [
+    "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=prom",
+    "--set", "dashboards.enabled=true", "--set", "dashboards.annotations.grafana_folder=jobs",
+    "--set", "kubeStateMetrics.enabled=true", "--set", "kubeStateMetrics.namespace=monitoring",
+    "--set", "kubeStateMetrics.serviceAccount=kube-state-metrics",
+]  # fmt: skip
 VALUE_SETS = {
     "default": [],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}", "--set", "replicaCount=3"],
     "unfenced-single": ["--set", "fencing.enabled=false", "--set", "replicaCount=1"],
+    "observability": OBSERVABILITY,
 }
 # A second release beside "namespaced": its own name, namespace, Lease and namespaces.
 SECOND_RELEASE = ("cronlease-b", "cronlease-b-system")
@@ -51,9 +59,9 @@ needs_helm = pytest.mark.skipif(
 
 
 @needs_helm
-@pytest.mark.parametrize("values", [[], VALUE_SETS["namespaced"]], ids=["default", "namespaced"])
-def test_helm_lint_is_clean(values: list[str]) -> None:
-    result = helm("lint", "--strict", str(CHART), *values, check=False)
+@pytest.mark.parametrize("name", ["default", "namespaced", "observability"])
+def test_helm_lint_is_clean(name: str) -> None:
+    result = helm("lint", "--strict", str(CHART), *VALUE_SETS[name], check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
