@@ -21,8 +21,9 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Python environment with the operator, test tools and kubectl
 
-controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm (cached)
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, kube-state-metrics (cached)
 	bash hack/controlplane/build.sh
+	bash hack/kube-state-metrics/build.sh
 
 cluster-up: venv controlplane ## start the local control plane (reuses a running one)
 	$(BIN)/python -m devcluster up

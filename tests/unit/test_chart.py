@@ -22,12 +22,20 @@ CHART = REPO / "manifests" / "helm" / "cronlease"
 GOLDEN = Path(__file__).with_name("golden")
 HELM = os.environ.get("HELM", str(REPO / ".cache" / "bin" / "helm"))
 
+# Everything the Observability section of the README turns on.
+OBSERVABILITY = [
+    "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=prom",
+    "--set", "dashboards.enabled=true", "--set", "dashboards.annotations.grafana_folder=jobs",
+    "--set", "kubeStateMetrics.enabled=true", "--set", "kubeStateMetrics.namespace=monitoring",
+    "--set", "kubeStateMetrics.serviceAccount=kube-state-metrics",
+]  # fmt: skip
 VALUE_SETS = {
     "default": [],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}", "--set", "replicaCount=3"],
     "unfenced-single": ["--set", "fencing.enabled=false", "--set", "replicaCount=1"],
     # Every parity value (pull secrets, overrides, scheduling, security contexts, ...) at once.
     "full": ["-f", str(Path(__file__).with_name("chart-values") / "full.yaml")],
+    "observability": OBSERVABILITY,
 }
 # A second release beside "namespaced": its own name, namespace, Lease and namespaces; the CRD
 # is the first release's.
