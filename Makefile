@@ -23,8 +23,9 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Python environment with the operator, test tools and kubectl
 
-controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm (cached)
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, kube-state-metrics (cached)
 	bash hack/controlplane/build.sh
+	bash hack/kube-state-metrics/build.sh
 
 # Rebuilt when an input of the Dockerfile or of the build scripts changed (bases: hack/image/bases.sh).
 $(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md $(wildcard operator/cronlease/*.py) $(wildcard hack/image/*)

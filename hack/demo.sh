@@ -28,7 +28,7 @@ else
     nohup python -m cronlease --metrics-bind 127.0.0.1:9090 \
     --liveness-bind 127.0.0.1:9091 >"$state/operator.log" 2>&1 &
   echo $! >"$state/operator.pid"
-  for _ in $(seq 100); do curl -sf http://127.0.0.1:9091/healthz >/dev/null && break; sleep 0.1; done
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:9091/readyz >/dev/null && break; sleep 0.1; done
   echo "running (pid $(cat "$state/operator.pid")) as $(KUBECONFIG=$state/operator.kubeconfig \
     kubectl auth whoami -o jsonpath='{.status.userInfo.username}'), metrics on :9090"
 fi

@@ -14,7 +14,7 @@ helm=${HELM:-.cache/bin/helm}
   echo "kind: Namespace"
   echo "metadata:"
   echo "  name: cronlease-system"
-  "$helm" template cronlease manifests/helm/cronlease --namespace cronlease-system --include-crds \
+  "$helm" template cronlease manifests/helm/cronlease --namespace cronlease-system \
     | sed -e '/^# Source: /d' -e '/helm.sh\/chart:/d' -e '/app.kubernetes.io\/managed-by:/d'
 } | awk '$0 == "---" && last == "---" { next } { print; last = $0 }' >"$out"
 echo "wrote $out"

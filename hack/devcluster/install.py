@@ -18,13 +18,23 @@ CHART = REPO / "manifests" / "helm" / "cronlease"
 
 
 def install_chart(
-    kubeconfig: Path, *values: str, release: str = RELEASE, namespace: str = OPERATOR_NAMESPACE
+    kubeconfig: Path,
+    *values: str,
+    release: str = RELEASE,
+    namespace: str = OPERATOR_NAMESPACE,
+    chart: Path = CHART,
+    take_ownership: bool = True,
 ) -> None:
     """helm upgrade --install; replicaCount=0 by default: the operator runs outside the cluster.
-    Values not given are the chart's defaults, so installing again without them restores those."""
+    Values not given are the chart's defaults, so installing again without them restores those.
+
+    take_ownership: a long-lived dev cluster may hold the CRD that chart 0.1.0 installed from its
+    crds/, which Helm refuses to adopt without --take-ownership (the upgrade the chart's README
+    gives); a second release sets crds.enabled=false, so it never takes the first one's CRD."""
     command = [
-        str(bin_dir() / "helm"), "upgrade", "--install", release, str(CHART),
+        str(bin_dir() / "helm"), "upgrade", "--install", release, str(chart),
         "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--create-namespace",
+        *(["--take-ownership"] if take_ownership else []),
         "--set", "replicaCount=0", *values,
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
@@ -46,7 +56,7 @@ def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:
 
 
 def uninstall_chart(kubeconfig: Path, release: str, namespace: str) -> None:
-    """helm uninstall (the CRD stays: Helm never deletes what its crds/ directory installed)."""
+    """helm uninstall (the CRD stays: the chart marks it helm.sh/resource-policy: keep)."""
     command = [
         str(bin_dir() / "helm"), "uninstall", release, "--kubeconfig", str(kubeconfig),
         "--namespace", namespace, "--wait",

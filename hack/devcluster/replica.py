@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from devcluster.processes import free_port
 if TYPE_CHECKING:
     from devcluster.image import Image
 
+# The operator's first log line names its Lease identity (in text and in JSON logs alike).
+STARTING = re.compile(r"\bcronlease (\S+) starting;")
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = "cronlease"  # the Helm release; also the chart's ServiceAccount name
 OPERATOR_NAMESPACE = "cronlease-system"
@@ -84,26 +87,27 @@ class OperatorProcess:
                 command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=self.image is not None,  # a process group to clean up
             )  # fmt: skip
-        self._wait_healthy()
+        self._wait_ready()
 
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def _wait_healthy(self, timeout: float = 30) -> None:
+    def _wait_ready(self, timeout: float = 30) -> None:
+        """Until /readyz answers: the replica's Job watch has listed (its model is synced)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running:
                 raise RuntimeError(f"operator exited at start; see {self.log_path}")
             try:
-                url = f"http://127.0.0.1:{self.health_port}/healthz"
+                url = f"http://127.0.0.1:{self.health_port}/readyz"
                 with urllib.request.urlopen(url, timeout=1) as response:
                     if response.status == 200:
                         return
             except OSError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"operator not healthy after {timeout} s; see {self.log_path}")
+        raise RuntimeError(f"operator not ready after {timeout} s; see {self.log_path}")
 
     @property
     def pid(self) -> int:
@@ -118,11 +122,8 @@ class OperatorProcess:
     def identity(self) -> str | None:
         """This replica's Lease identity (the pod name plus a random suffix), from the log of its
         latest start (the log is appended to across restarts)."""
-        found = None
-        for line in self.log_path.read_text().splitlines():
-            if "cronlease " in line and " starting;" in line:
-                found = line.split("cronlease ", 1)[1].split(" starting;")[0]
-        return found
+        starts = STARTING.findall(self.log_path.read_text())
+        return starts[-1] if starts else None
 
     def log(self) -> str:
         return self.log_path.read_text()

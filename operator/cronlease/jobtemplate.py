@@ -18,6 +18,7 @@ from cronlease.naming import (
     format_time,
 )
 from cronlease.reconcile import PlannedRun, ScheduledJobView
+from cronlease.runenv import run_annotations, with_run_environment
 
 
 def build_job(
@@ -55,5 +56,7 @@ def build_job(
                 }
             ],
         },
-        "spec": template.get("spec") or {},
+        "spec": with_run_environment(
+            template.get("spec") or {}, run_annotations(sj.namespace, sj.name, run)
+        ),
     }

@@ -50,6 +50,14 @@ class JobWatch:
                 return f"the Job watch of {where} has failed for {watch.failing_for():.0f} s"
         return None
 
+    def unsynced(self, after: float) -> str | None:
+        """Why the model is not (or no longer) a synced view of the Jobs: a scope not listed
+        yet, or a list or watch failing for `after` seconds (readiness)."""
+        if self._unlisted:
+            where = ", ".join(sorted(scope or "all namespaces" for scope in self._unlisted))
+            return f"the Job watch has not listed {where} yet"
+        return self.stuck(after)
+
     def _watch(self, namespace: str) -> ListWatch:
         query = [("labelSelector", LABEL_SCHEDULEDJOB)]
         observer = _ScopeObserver(self, namespace)

@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
-import socket
+import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any, cast
@@ -19,12 +19,14 @@ from typing import Any, cast
 import kopf
 import prometheus_client
 
-from cronlease import handlers, metrics
+from cronlease import handlers, health, metrics
+from cronlease.fenceprobe import fencing_refusal
 from cronlease.jobinfo import job_info
 from cronlease.jobwatch import JobWatch
 from cronlease.kube import LIST_PAGE, KubeApi, connect, login
 from cronlease.leadership import ElectionConfig, Leadership, LeaseElector, SoleLeader
 from cronlease.model import Key, Model
+from cronlease.options import configure_logging, parse_args, version
 from cronlease.scheduler import Scheduler
 from cronlease.servertime import ServerClock
 from cronlease.wakeups import WakeupQueue
@@ -32,62 +34,9 @@ from cronlease.wakeups import WakeupQueue
 log = logging.getLogger("cronlease")
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="cronlease", description=__doc__)
-    parser.add_argument(
-        "--namespace",
-        "-n",
-        action="append",
-        default=[],
-        help="watch only this namespace (repeatable); default: all namespaces",
-    )
-    parser.add_argument(
-        "--identity",
-        default=os.environ.get("POD_NAME") or socket.gethostname(),
-        help="this replica's name; a random suffix is added (default: $POD_NAME or the hostname)",
-    )
-    parser.add_argument("--metrics-bind", default="0.0.0.0:8080", help="host:port for /metrics")
-    parser.add_argument(
-        "--liveness-bind", default="0.0.0.0:8081", help="host:port for kopf's /healthz"
-    )
-    parser.add_argument(
-        "--max-concurrency", type=int, default=64, help="ScheduledJobs reconciled at once"
-    )
-    election = parser.add_argument_group("leader election")
-    election.add_argument(
-        "--leader-election",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="elect one active replica through a Lease (default: on)",
-    )
-    election.add_argument("--lease-name", default="cronlease-leader")
-    election.add_argument(
-        "--lease-namespace",
-        default=os.environ.get("POD_NAMESPACE", "default"),
-        help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
-    )
-    timings = ElectionConfig(namespace="")  # the defaults, defined once
-    election.add_argument(
-        "--lease-duration", type=float, default=timings.lease_duration, help="seconds"
-    )
-    election.add_argument(
-        "--renew-deadline", type=float, default=timings.renew_deadline, help="seconds"
-    )
-    election.add_argument(
-        "--retry-period", type=float, default=timings.retry_period, help="seconds"
-    )
-    parser.add_argument("--verbose", "-v", action="store_true")
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # kopf logs every handled event at INFO; at thousands of Jobs a minute that drowns the rest.
-    logging.getLogger("kopf.objects").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    configure_logging(args.log_format, args.verbose)
     asyncio.run(run(args))
 
 
@@ -118,9 +67,12 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
     return LeaseElector(api, identity, config)
 
 
-# A Job watch failing this long without a success makes the health endpoint fail: readiness
-# shows it, and after the liveness probe's failures the pod restarts with a fresh watch.
+# A Job watch failing this long without a success fails liveness: after the probe's failures the
+# pod restarts with a fresh watch. Readiness fails sooner: the view is not synced.
 WATCH_STUCK_AFTER = 60.0
+WATCH_UNSYNCED_AFTER = 5.0
+# The exit status when the configuration cannot work (EX_CONFIG).
+EXIT_CONFIG = 78
 # How long a graceful stop lets the reconciles in flight finish (their status writes, and the
 # finalizers those release) before the Lease is given up; well within the pod's grace period.
 SHUTDOWN_GRACE = 5.0
@@ -135,6 +87,9 @@ async def run(args: argparse.Namespace) -> None:
     # Job creations and status writes for a free one (docs/design-notes.md, item 11).
     lease_api = connect(4, server_clock.observe)
     leadership = leadership_from(args, lease_api, identity)
+    if not args.leader_election:
+        # A watched namespace is within the policy's scope; all are when all are watched.
+        await refuse_if_fenced(api, (*namespaces, args.lease_namespace)[0], leadership)
     # Wake-ups on the same clock as decisions: with the host ahead, a slot's wake-up would
     # otherwise come early, find the slot not yet due, and ask to be woken at once, again.
     wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
@@ -182,14 +137,6 @@ async def run(args: argparse.Namespace) -> None:
         settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]  # kopf's own: its watches' retries
         settings.persistence.diffbase_storage = NoDiffBase()
 
-    @kopf.on.probe(id="jobWatch", registry=registry)
-    def job_watch_is_current(**_: Any) -> str:
-        """The liveness and readiness endpoint fails while the Job watch is stuck."""
-        problem = job_watch.stuck(WATCH_STUCK_AFTER)
-        if problem:
-            raise kopf.PermanentError(problem)
-        return "current"
-
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         """kopf runs this first when SIGTERM or SIGINT arrives."""
@@ -197,7 +144,17 @@ async def run(args: argparse.Namespace) -> None:
 
     host, port = args.metrics_bind.rsplit(":", 1)
     prometheus_client.start_http_server(int(port), addr=host)
-    log.info("cronlease %s starting; namespaces: %s", identity, ", ".join(namespaces) or "all")
+    checks = health.HealthChecks(
+        liveness=lambda: job_watch.stuck(WATCH_STUCK_AFTER),
+        readiness=lambda: job_watch.unsynced(WATCH_UNSYNCED_AFTER),
+    )
+    health_server = await health.serve(args.health_bind, checks)
+    log.info(
+        "cronlease %s starting; version %s; namespaces: %s",
+        identity,
+        version(),
+        ", ".join(namespaces) or "all",
+    )
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
     tasks.append(asyncio.create_task(job_watch.run(), name="jobs"))
     tasks.append(asyncio.create_task(leadership.run(), name="election"))
@@ -209,12 +166,28 @@ async def run(args: argparse.Namespace) -> None:
             standalone=True,
             clusterwide=not namespaces,
             namespaces=namespaces,
-            liveness_endpoint=f"http://{args.liveness_bind}/healthz",
         )
     finally:
         await hand_over()  # a no-op if the cleanup handler did it
+        await health_server.cleanup()
         await api.close()
         await lease_api.close()
+
+
+async def refuse_if_fenced(api: KubeApi, namespace: str, leadership: Leadership) -> None:
+    """Without an election every write carries token 0 and no Lease holder's name: with the
+    fencing policy installed the API server refuses them all. Say so and stop."""
+    refusal = await fencing_refusal(api, namespace, leadership.identity, leadership.token)
+    if refusal is None:
+        return
+    print(
+        "cronlease: --no-leader-election, but the fencing policy is installed and refuses every "
+        f"write without the Lease (in namespace {namespace}: {refusal}). Run with leader "
+        "election, or install the chart with fencing.enabled=false.",
+        file=sys.stderr,
+    )
+    await api.close()
+    sys.exit(EXIT_CONFIG)
 
 
 def _count_result(job: dict[str, Any]) -> None:

@@ -299,10 +299,12 @@ def scoped_releases(kube: Kube, kubeconfig: Path, first: str, second: str) -> It
     release is gone and the suite's release watches (and fences) all namespaces again."""
     try:
         install_chart(kubeconfig, "--set", f"watchNamespaces={{{first}}}")
+        # The CRD is the suite's release's; without ownership taken, claiming anything of the
+        # first release's fails the install.
         install_chart(
             kubeconfig, "--set", f"watchNamespaces={{{second}}}",
-            "--set", f"leaderElection.leaseName={OTHER_LEASE}",
-            release=OTHER_RELEASE, namespace=OTHER_NAMESPACE,
+            "--set", f"leaderElection.leaseName={OTHER_LEASE}", "--set", "crds.enabled=false",
+            release=OTHER_RELEASE, namespace=OTHER_NAMESPACE, take_ownership=False,
         )  # fmt: skip
         yield service_account_kubeconfig(
             kubeconfig, kubeconfig.parent / "other-release-sa.kubeconfig",

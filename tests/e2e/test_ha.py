@@ -228,3 +228,17 @@ def test_hand_made_job_with_a_stale_token_is_refused(kube: Kube, namespace: str,
     with pytest.raises(KubectlError):
         kube.run("get", "job", "forged", "-n", namespace)
     assert json.loads(kube.run("get", "job", "unrelated", "-n", namespace, "-o", "json").stdout)
+
+
+def test_without_leader_election_a_fenced_release_refuses_to_start(
+    operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The chart's fencing policy refuses every write that lacks the Lease holder's token; a
+    replica started with --no-leader-election says so and exits, instead of failing every slot."""
+    replica = OperatorProcess(operator_kubeconfig, tmp_path, name="unelected")
+    with pytest.raises(RuntimeError, match="exited at start"):
+        replica.start("--no-leader-election")
+    assert replica.process is not None
+    assert replica.process.wait(timeout=10) == 78  # EX_CONFIG
+    assert "the fencing policy is installed" in replica.log()
+    assert "cronlease fencing:" in replica.log()  # the API server's own words

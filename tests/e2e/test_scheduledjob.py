@@ -486,3 +486,50 @@ def test_a_schedule_that_never_fires_is_reported_not_crashed_on(
     # The operator keeps scheduling the valid one and is still alive.
     wait_for(lambda: len(jobs_of(kube, namespace, "fine")) >= 2, 15, "the valid neighbour to run")
     assert operator.running
+
+
+# --- what the pod knows of its run ------------------------------------------------------------
+
+
+def environment_of(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """A container's CRONLEASE_* variables as the kubelet would resolve them: the downward API's
+    fieldRefs read from the pod the job controller made (kwok runs no container to ask)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    resolved = {}
+    for item in container.get("env") or []:
+        path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+        if item["name"].startswith("CRONLEASE_") and path.startswith("metadata.annotations['"):
+            resolved[item["name"]] = annotations[path.removeprefix("metadata.annotations['")[:-2]]
+    return resolved
+
+
+def test_the_pods_know_their_slot_run_attempt_trigger_and_key(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(scheduledjob("knows", namespace, schedule="*/2 * * * * *"))
+    jobs = wait_for(lambda: jobs_of(kube, namespace, "knows"), 15, "a scheduled run")
+    kube.run("annotate", "sj", "knows", "-n", namespace, "cronlease.io/run-now=now")
+    wait_for(
+        lambda: any(
+            j["metadata"]["annotations"]["cronlease.io/trigger"] == "Manual"
+            for j in jobs_of(kube, namespace, "knows")
+        ),
+        10,
+        "the manual run",
+    )
+    jobs = jobs_of(kube, namespace, "knows")
+    keys = set()
+    for job in jobs:
+        name = job["metadata"]["name"]
+        pods = wait_for(
+            lambda name=name: kube.items("pods", namespace, f"job-name={name}"), 15, "its pod"
+        )
+        env = environment_of(pods[0], pods[0]["spec"]["containers"][0])
+        annotations = job["metadata"]["annotations"]
+        assert env["CRONLEASE_SCHEDULED_AT"] == annotations["cronlease.io/scheduled-at"]
+        assert env["CRONLEASE_RUN"] == name
+        assert env["CRONLEASE_ATTEMPT"] == "1"
+        assert env["CRONLEASE_TRIGGER"] == annotations["cronlease.io/trigger"]
+        assert len(env["CRONLEASE_IDEMPOTENCY_KEY"]) == 32
+        keys.add(env["CRONLEASE_IDEMPOTENCY_KEY"])
+    assert len(keys) == len(jobs)  # every slot, and the run-now, its own key

@@ -6,9 +6,9 @@ It models what the shell relies on, and nothing else:
   merge patch's metadata.resourceVersion), 409 on a failed uid precondition of a DELETE, 404;
 - LIST in pages (limit/continue) with label selectors, and WATCH from a resourceVersion with
   bookmarks, a 410 ERROR event for a version compacted away, and streams the test can end;
-- faults by rule: an error status, a lost response (the server acted, the client sees an
-  error), a request held until the test releases it, or its answer (the server acted; a late
-  response); and a 401 for a rotated token when served over HTTP (`app`);
+- faults by rule: an error status (a watch's too: method WATCH), a lost response (the server
+  acted, the client sees an error), a request held until the test releases it, or its answer
+  (the server acted; a late response); and a 401 for a rotated token when served over HTTP (`app`);
 - the fencing policy: a labelled Job create or a ScheduledJob status write whose leader and
   token differ from the Lease's holder and leaseTransitions is refused as the real policy does.
 Every call, watches included, is logged in `calls` as (method or WATCH, path), and its monotonic
@@ -270,6 +270,10 @@ class FakeApiServer:
     async def stream(self, path: str, query: Query, request_timeout: float) -> AsyncIterator[bytes]:
         self.calls.append(("WATCH", path))
         self.call_times.append(time.monotonic())
+        fault = next((f for f in self.faults if f.status and f.matches("WATCH", path, None)), None)
+        if fault is not None:  # a watch refused (fail("WATCH", ...)): only statuses apply
+            fault.times -= 1
+            raise _status(fault.status, "Injected", fault.message or "injected fault")
         params = dict(query)
         self.watched_from.append(params.get("resourceVersion", ""))
         match = PATH.match(path)

@@ -22,14 +22,28 @@ CHART = REPO / "manifests" / "helm" / "cronlease"
 GOLDEN = Path(__file__).with_name("golden")
 HELM = os.environ.get("HELM", str(REPO / ".cache" / "bin" / "helm"))
 
+# Everything the Observability section of the README turns on.
+OBSERVABILITY = [
+    "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=prom",
+    "--set", "dashboards.enabled=true", "--set", "dashboards.annotations.grafana_folder=jobs",
+    "--set", "kubeStateMetrics.enabled=true", "--set", "kubeStateMetrics.namespace=monitoring",
+    "--set", "kubeStateMetrics.serviceAccount=kube-state-metrics",
+]  # fmt: skip
 VALUE_SETS = {
     "default": [],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}", "--set", "replicaCount=3"],
     "unfenced-single": ["--set", "fencing.enabled=false", "--set", "replicaCount=1"],
+    # Every parity value (pull secrets, overrides, scheduling, security contexts, ...) at once.
+    "full": ["-f", str(Path(__file__).with_name("chart-values") / "full.yaml")],
+    "observability": OBSERVABILITY,
 }
-# A second release beside "namespaced": its own name, namespace, Lease and namespaces.
+# A second release beside "namespaced": its own name, namespace, Lease and namespaces; the CRD
+# is the first release's.
 SECOND_RELEASE = ("cronlease-b", "cronlease-b-system")
-SECOND_VALUES = ["--set", "watchNamespaces={team-c}", "--set", "leaderElection.leaseName=b-leader"]
+SECOND_VALUES = [
+    "--set", "watchNamespaces={team-c}", "--set", "leaderElection.leaseName=b-leader",
+    "--set", "crds.enabled=false",
+]  # fmt: skip
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -51,7 +65,9 @@ needs_helm = pytest.mark.skipif(
 
 
 @needs_helm
-@pytest.mark.parametrize("values", [[], VALUE_SETS["namespaced"]], ids=["default", "namespaced"])
+@pytest.mark.parametrize(
+    "values", [*VALUE_SETS.values(), SECOND_VALUES], ids=[*VALUE_SETS, "second-release"]
+)
 def test_helm_lint_is_clean(values: list[str]) -> None:
     result = helm("lint", "--strict", str(CHART), *values, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -74,8 +90,13 @@ def test_template_matches_golden(name: str) -> None:
 
 
 def test_chart_crd_is_identical_to_crds_dir() -> None:
-    for crd in (REPO / "crds").glob("*.yaml"):
-        assert (CHART / "crds" / crd.name).read_text() == crd.read_text(), crd.name
+    """crds/ is the CRD's one source; the chart carries a copy because Helm reads nothing outside
+    the chart's directory."""
+    crds = sorted((REPO / "crds").glob("*.yaml"))
+    assert [crd.name for crd in crds] == ["cronlease.io_scheduledjobs.yaml"]
+    for crd in crds:
+        assert (CHART / "files" / crd.name).read_text() == crd.read_text(), crd.name
+    assert not (CHART / "crds").exists(), "Helm never upgrades crds/: the CRD is a template"
 
 
 @needs_helm
@@ -104,6 +125,7 @@ def test_pods_run_non_root_read_only_without_capabilities() -> None:
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"]["drop"] == ["ALL"]
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["resources"]["limits"]["memory"]
     assert deployment["spec"]["replicas"] == 2
     assert pod["affinity"]["podAntiAffinity"]
@@ -226,8 +248,8 @@ def test_fence_names_the_release_service_account(values: list[str], user: str) -
 @needs_helm
 def test_two_releases_install_side_by_side() -> None:
     """No cluster-scoped name, nor a namespaced one in a shared namespace, is claimed by both
-    releases; each one's fence names its own Lease and namespaces. (The CRD, from crds/, is
-    shared: Helm installs it once and never claims it for a release.)"""
+    releases; each one's fence names its own Lease and namespaces. (The CRD is the first
+    release's: the second sets crds.enabled=false.)"""
     first = documents(render(*VALUE_SETS["namespaced"]))
     second = documents(render(*SECOND_VALUES, release=SECOND_RELEASE))
 
@@ -251,17 +273,233 @@ def test_two_releases_install_side_by_side() -> None:
         assert binding["spec"]["policyName"] == name
 
 
+# Each bad value, and what the error must name: its path in the values (or the unknown key).
+BAD_VALUES = {
+    "negative-replicas": (["--set", "replicaCount=-1"], "/replicaCount"),
+    "string-replicas": (["--set-string", "replicaCount=two"], "/replicaCount"),
+    "unknown-key": (["--set", "unknownKey=1"], "'unknownKey'"),
+    "unknown-nested-key": (["--set", "image.registry=r.example"], "'registry'"),
+    "bad-namespace": (["--set", "watchNamespaces={Bad_Name}"], "/watchNamespaces/0"),
+    "negative-port": (["--set", "metrics.port=-1"], "/metrics/port"),
+    "port-too-high": (["--set", "healthPort=70000"], "/healthPort"),
+    "negative-memory": (["--set", "resources.limits.memory=-1Gi"], "/resources/limits/memory"),
+    "negative-cpu": (["--set", "resources.requests.cpu=-1"], "/resources/requests/cpu"),
+    "not-a-quantity": (["--set", "resources.requests.cpu=lots"], "/resources/requests/cpu"),
+    "unknown-resources-key": (["--set", "resources.maximum.cpu=1"], "'maximum'"),
+    "pull-secret-as-string": (["--set", "imagePullSecrets={regcred}"], "/imagePullSecrets/0"),
+    "pull-secret-unknown-key": (["--set", "imagePullSecrets[0].nam=x"], "/imagePullSecrets/0"),
+    "unknown-security-key": (["--set", "securityContext.runAsRoot=true"], "'runAsRoot'"),
+    "negative-run-as-user": (
+        ["--set", "podSecurityContext.runAsUser=-1"],
+        "/podSecurityContext/runAsUser",
+    ),
+    "pod-label-not-string": (["--set", "podLabels.tier=1"], "/podLabels/tier"),
+    "toleration-operator": (["--set", "tolerations[0].operator=Maybe"], "/tolerations/0/operator"),
+    "spread-without-skew": (
+        ["--set", "topologySpreadConstraints[0].topologyKey=zone"],
+        "/topologySpreadConstraints/0",
+    ),
+    "env-without-name": (["--set", "extraEnv[0].value=x"], "/extraEnv/0"),
+    "no-account-no-name": (["--set", "serviceAccount.create=false"], "/serviceAccount/name"),
+    "crds-enabled-string": (["--set-string", "crds.enabled=yes"], "/crds/enabled"),
+    "unknown-rbac-key": (["--set", "rbac.create=true"], "'create'"),
+    "zero-lease-duration": (
+        ["--set", "leaderElection.leaseDurationSeconds=0"],
+        "/leaderElection/leaseDurationSeconds",
+    ),
+    "negative-min-available": (
+        ["--set", "podDisruptionBudget.minAvailable=-1"],
+        "/podDisruptionBudget/minAvailable",
+    ),
+    "bad-fullname": (["--set", "fullnameOverride=Bad_Name"], "/fullnameOverride"),
+    "bad-interval": (
+        ["--set", "metrics.serviceMonitor.interval=soon"],
+        "/metrics/serviceMonitor/interval",
+    ),
+    "unknown-affinity": (["--set", "affinity.nodeAfinity.x=1"], "'nodeAfinity'"),
+    "global-pull-secret-string": (
+        ["--set", "global.imagePullSecrets={regcred}"],
+        "/global/imagePullSecrets/0",
+    ),
+}
+
+
 @needs_helm
-@pytest.mark.parametrize(
-    "bad",
-    [
-        ["--set", "replicaCount=-1"],
-        ["--set", "unknownKey=1"],
-        ["--set", "watchNamespaces={Bad_Name}"],
-    ],
-    ids=["negative-replicas", "unknown-key", "bad-namespace"],
-)
-def test_values_schema_rejects_bad_values(bad: list[str]) -> None:
+@pytest.mark.parametrize(("bad", "named"), BAD_VALUES.values(), ids=BAD_VALUES)
+def test_values_schema_rejects_bad_values(bad: list[str], named: str) -> None:
     result = helm("template", "cronlease", str(CHART), *bad, check=False)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert named in result.stderr, result.stderr
+
+
+@needs_helm
+def test_global_takes_any_key() -> None:
+    """A parent chart's globals reach this chart too; they must not fail its schema."""
+    values = ["--set", "global.storageClass=fast", "--set", "global.nested.deep=1"]
+    assert documents(render(*values))
+
+
+@needs_helm
+def test_kubernetes_older_than_1_30_is_refused() -> None:
+    """ValidatingAdmissionPolicy, the fence, is GA from 1.30."""
+    old = helm("template", "cronlease", str(CHART), "--kube-version", "1.29.9", check=False)
+    assert old.returncode != 0
+    assert ">=1.30.0-0" in old.stderr, old.stderr
+    assert render("--kube-version", "1.30.0")
+
+
+def test_artifact_hub_annotations_parse() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    annotations = chart["annotations"]
+    assert annotations["artifacthub.io/license"] == "Apache-2.0"
+    crd = yaml.safe_load((REPO / "crds" / "cronlease.io_scheduledjobs.yaml").read_text())
+    [listed] = yaml.safe_load(annotations["artifacthub.io/crds"])
+    assert (listed["kind"], listed["name"]) == (
+        crd["spec"]["names"]["kind"],
+        crd["metadata"]["name"],
+    )
+    assert listed["version"] in [v["name"] for v in crd["spec"]["versions"]]
+    [example] = yaml.safe_load(annotations["artifacthub.io/crdsExamples"])
+    assert example["apiVersion"] == f"{crd['spec']['group']}/{listed['version']}"
+    assert all(
+        link["url"].startswith("https://")
+        for link in yaml.safe_load(annotations["artifacthub.io/links"])
+    )
+    assert chart["kubeVersion"] == ">=1.30.0-0"
+
+
+def crd_of(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((d for d in docs if d["kind"] == "CustomResourceDefinition"), None)
+
+
+@needs_helm
+def test_crd_is_a_template_kept_on_uninstall() -> None:
+    """What `helm upgrade` applies is crds/'s CRD, with the release's labels and, by default, the
+    annotation that keeps it (and every ScheduledJob) when the release goes."""
+    source = yaml.safe_load((REPO / "crds" / "cronlease.io_scheduledjobs.yaml").read_text())
+    rendered = crd_of(documents(render()))
+    assert rendered is not None
+    metadata = rendered.pop("metadata")
+    assert metadata["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert metadata["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert metadata["name"] == source.pop("metadata")["name"]
+    assert rendered == source
+    unkept = crd_of(documents(render("--set", "crds.keep=false")))
+    assert unkept is not None
+    assert "annotations" not in unkept["metadata"]
+    assert crd_of(documents(render("--set", "crds.enabled=false"))) is None
+
+
+def aggregated(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The ClusterRoles that join the built-in user roles, by the roles they join."""
+    prefix = "rbac.authorization.k8s.io/aggregate-to-"
+    return {
+        doc["metadata"]["name"]: doc
+        for doc in docs
+        if doc["kind"] == "ClusterRole"
+        and any(key.startswith(prefix) for key in doc["metadata"]["labels"])
+    }
+
+
+@needs_helm
+def test_scheduledjobs_join_the_view_edit_and_admin_roles() -> None:
+    roles = aggregated(documents(render()))
+    assert sorted(roles) == ["cronlease-edit", "cronlease-view"]
+
+    def joins(name: str) -> set[str]:
+        labels = roles[name]["metadata"]["labels"]
+        return {
+            k.rsplit("-", 1)[1] for k, v in labels.items() if "aggregate-to-" in k and v == "true"
+        }
+
+    def grants(name: str) -> set[tuple[str, str]]:
+        return {
+            (resource, verb)
+            for rule in roles[name]["rules"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+            if rule["apiGroups"] == ["cronlease.io"]
+        }
+
+    assert joins("cronlease-view") == {"view", "edit", "admin"}
+    assert joins("cronlease-edit") == {"edit", "admin"}
+    reads = {
+        (r, v) for r in ("scheduledjobs", "scheduledjobs/status") for v in ("get", "list", "watch")
+    }
+    assert grants("cronlease-view") == reads
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    assert grants("cronlease-edit") == {("scheduledjobs", verb) for verb in writes}
+    # Status is the operator's (and its fence's): no user role writes it.
+    assert not aggregated(documents(render("--set", "rbac.aggregate=false")))
+
+
+def pod_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod: dict[str, Any] = deployment["spec"]["template"]
+    return pod
+
+
+@needs_helm
+def test_parity_values_reach_the_pod() -> None:
+    docs = documents(render(*VALUE_SETS["full"]))
+    template = pod_of(docs)
+    pod = template["spec"]
+    [container] = pod["containers"]
+    assert template["metadata"]["labels"]["team"] == "platform"
+    assert template["metadata"]["labels"]["app.kubernetes.io/name"] == "sched"
+    assert template["metadata"]["annotations"] == {"example.com/scrape": "true"}
+    # global's secrets first, then the chart's own.
+    assert pod["imagePullSecrets"] == [{"name": "registry-global"}, {"name": "registry-a"}]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+    # The user's affinity replaces the default preference for distinct nodes.
+    assert list(pod["affinity"]) == ["nodeAffinity"]
+    zone, host = pod["topologySpreadConstraints"]
+    assert zone["labelSelector"] == {
+        "matchLabels": {
+            "app.kubernetes.io/name": "sched",
+            "app.kubernetes.io/instance": "cronlease",
+        }
+    }
+    assert host["labelSelector"] == {
+        "matchLabels": {"app.kubernetes.io/instance": "chosen-by-the-user"}
+    }
+    assert [env["name"] for env in container["env"]] == [
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "TZ",
+        "NODE_NAME",
+    ]
+    assert container["resources"]["requests"]["ephemeral-storage"] == "1Gi"
+    # Overrides are merged over the secure defaults, which stay unless nulled.
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["NET_BIND_SERVICE"],
+    }
+    # An existing ServiceAccount: none is created, and it is the one the pods and fence name.
+    assert pod["serviceAccountName"] == "existing-robot"
+    assert not [d for d in docs if d["kind"] == "ServiceAccount"]
+    writer = fence(docs)["ValidatingAdmissionPolicy/ops-cronlease-fencing-writer"]
+    user = "system:serviceaccount:cronlease-system:existing-robot"
+    assert (
+        writer["spec"]["matchConditions"][0]["expression"]
+        == f"request.userInfo.username != '{user}'"
+    )
+    names = {doc["metadata"]["name"] for doc in docs if doc["kind"] != "CustomResourceDefinition"}
+    assert all(name.startswith("ops-cronlease") for name in names), names
+
+
+@needs_helm
+def test_default_pod_keeps_its_scheduling() -> None:
+    """Without the new values, the pod is what it was: no pull secrets, the anti-affinity."""
+    pod = pod_of(documents(render()))["spec"]
+    for key in ("imagePullSecrets", "priorityClassName", "topologySpreadConstraints"):
+        assert key not in pod
+    assert list(pod["affinity"]) == ["podAntiAffinity"]

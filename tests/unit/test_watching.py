@@ -110,3 +110,35 @@ async def test_a_watch_failing_for_a_minute_is_reported_stuck_until_it_works_aga
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_readiness_waits_for_every_scope_to_list_and_fails_while_a_watch_fails() -> None:
+    """Not ready until each watched namespace is listed (a replica whose model misses Jobs must
+    not count as a synced standby), and not ready again once a watch has failed for a while."""
+    shell = Shell()
+    clock = [1000.0]
+    listed = asyncio.Event()
+    watch = JobWatch(shell.api, shell.model, ("team-a", "team-b"), listed, clock=lambda: clock[0])
+    shell.server.fail("GET", r"/namespaces/team-b/jobs$", 403, times=1000)
+    assert watch.unsynced(after=5) == "the Job watch has not listed team-a, team-b yet"
+    task = asyncio.create_task(watch.run())
+    try:
+        team_b_only = "the Job watch has not listed team-b yet"
+        await eventually(lambda: watch.unsynced(after=5) == team_b_only)
+        assert not listed.is_set()
+        shell.server.faults.clear()
+        await eventually(listed.is_set)
+        assert watch.unsynced(after=5) is None
+        shell.server.fail("WATCH", r"/jobs$", 403, times=1000)
+        shell.server.end_watches()
+
+        def a_second_passes_and_readiness_fails() -> bool:
+            clock[0] += 1
+            return watch.unsynced(after=5) is not None
+
+        await eventually(a_second_passes_and_readiness_fails)
+        assert (watch.unsynced(after=5) or "").startswith("the Job watch of team-")
+        assert watch.stuck(after=60) is None  # not ready, but alive: no restart yet
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,17 +1,27 @@
+{{- define "cronlease.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "cronlease.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "cronlease.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{- /* The schema requires serviceAccount.name when the chart does not create the account. */ -}}
 {{- define "cronlease.serviceAccountName" -}}
 {{- default (include "cronlease.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
 {{- define "cronlease.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "cronlease.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
