@@ -9,7 +9,7 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/python3-debian12:nonroot
 # with wheels it built outside (--build-context wheels=DIR): its builds have no network.
 FROM ${BUILD_IMAGE} AS wheels
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY operator ./operator
 RUN python3 -m pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -22,7 +22,7 @@ mkdir -p .cache/image
 # The same inputs as the Dockerfile's wheels stage, copied so that building leaves nothing behind.
 dist=.cache/image/dist
 rm -rf "$dist" && mkdir -p "$dist/src" "$dist/wheels"
-cp -r pyproject.toml README.md operator "$dist/src/"
+cp -r pyproject.toml README.md LICENSE operator "$dist/src/"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$dist/wheels" "$dist/src"
 # Binary wheels for the image's CPython 3.11 on glibc 2.36 (bookworm), whatever Python runs this
 # (pip takes each compatible manylinux tag as its own --platform).
