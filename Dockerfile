@@ -32,4 +32,5 @@ COPY --from=install /app /app
 # The chart mounts an emptyDir at /tmp and keeps the root filesystem read-only.
 USER 65532:65532
 EXPOSE 8080 8081
-ENTRYPOINT ["/usr/bin/python3", "-m", "cronlease"]
+# Python 3.11 by name: the cp311 wheels installed above need it, whatever python3 points to.
+ENTRYPOINT ["/usr/bin/python3.11", "-m", "cronlease"]
