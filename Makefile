@@ -7,8 +7,10 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)/hack
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv controlplane cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes soak clean
+.PHONY: help venv controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +26,12 @@ venv: $(VENV)/.installed ## Python environment with the operator, test tools and
 controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, kube-state-metrics (cached)
 	bash hack/controlplane/build.sh
 	bash hack/kube-state-metrics/build.sh
+
+# Rebuilt when an input of the Dockerfile or of the build scripts changed (bases: hack/image/bases.sh).
+$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wildcard operator/cronlease/*.py) $(wildcard hack/image/*)
+	bash hack/image/build.sh
+
+image: $(IMAGE_ARCHIVE) ## the operator image from Dockerfile, by buildah, into .cache/image/cronlease-<version>.oci.tar
 
 cluster-up: venv controlplane ## start the local control plane (reuses a running one)
 	$(BIN)/python -m devcluster up
@@ -43,10 +51,10 @@ typecheck: venv ## mypy --strict
 unit: venv ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
 	$(PYTEST) tests/unit
 
-e2e: venv controlplane ## end-to-end tests against the real control plane (started if needed)
+e2e: venv controlplane image ## end-to-end tests against the real control plane (started if needed)
 	$(PYTEST) tests/e2e
 
-test: lint typecheck controlplane unit e2e ## everything CI runs (controlplane first: the chart tests need its helm)
+test: lint typecheck controlplane image unit e2e ## everything CI runs (controlplane first: the chart tests need its helm)
 
 demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
 	bash hack/demo.sh

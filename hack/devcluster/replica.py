@@ -3,6 +3,7 @@ fault injection. Leases are short so failovers take seconds."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -11,9 +12,13 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cronlease.leadership import ElectionConfig
 from devcluster.processes import free_port
+
+if TYPE_CHECKING:
+    from devcluster.image import Image
 
 # The operator's first log line names its Lease identity (in text and in JSON logs alike).
 STARTING = re.compile(r"\bcronlease (\S+) starting;")
@@ -33,7 +38,9 @@ PRODUCTION_ELECTION = {
 
 
 class OperatorProcess:
-    """One replica: `start()`, `stop(signal)`, `send(signal)`, its log, identity and metrics."""
+    """One replica: `start()`, `stop(signal)`, `send(signal)`, its log, identity and metrics.
+    With an `image`, the replica runs from the operator's image (devcluster.image), else from
+    this checkout with the test environment's Python."""
 
     def __init__(
         self,
@@ -41,8 +48,10 @@ class OperatorProcess:
         log_dir: Path,
         name: str = "operator",
         election: dict[str, float] | None = None,
+        image: Image | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
+        self.image = image
         self.election = election or ELECTION
         self.log_path = log_dir / f"{name}.log"
         self.name = name
@@ -53,25 +62,30 @@ class OperatorProcess:
     def start(self, *extra: str) -> None:
         assert not self.running, "already running"
         self.metrics_port, self.health_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(self.kubeconfig),
-            "PYTHONPATH": str(REPO / "operator"),
-            "POD_NAME": self.name,
-        }
+        args = [
+            f"--metrics-bind=127.0.0.1:{self.metrics_port}",
+            f"--liveness-bind=127.0.0.1:{self.health_port}",
+            f"--lease-namespace={OPERATOR_NAMESPACE}",
+            f"--lease-duration={self.election['lease_duration']}",
+            f"--renew-deadline={self.election['renew_deadline']}",
+            f"--retry-period={self.election['retry_period']}",
+            *extra,
+        ]
+        if self.image is None:
+            command = [sys.executable, "-m", "cronlease", *args]
+            env = {
+                **os.environ,
+                "KUBECONFIG": str(self.kubeconfig),
+                "PYTHONPATH": str(REPO / "operator"),
+                "POD_NAME": self.name,
+            }
+        else:
+            command = self.image.command(self.kubeconfig, self.name, args, self.log_path.parent)
+            env = dict(os.environ)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "cronlease",
-                    f"--metrics-bind=127.0.0.1:{self.metrics_port}",
-                    f"--liveness-bind=127.0.0.1:{self.health_port}",
-                    f"--lease-namespace={OPERATOR_NAMESPACE}",
-                    f"--lease-duration={self.election['lease_duration']}",
-                    f"--renew-deadline={self.election['renew_deadline']}",
-                    f"--retry-period={self.election['retry_period']}",
-                    *extra,
-                ],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=self.image is not None,  # a process group to clean up
             )  # fmt: skip
         self._wait_ready()
 
@@ -97,8 +111,13 @@ class OperatorProcess:
 
     @property
     def pid(self) -> int:
+        """The operator's process (in an image, the entrypoint's, not buildah's)."""
         assert self.process is not None
-        return self.process.pid
+        if self.image is None:
+            return self.process.pid
+        found = self.image.operator_pid(self.process.pid)
+        assert found is not None, "the image's operator process is gone"
+        return found
 
     def identity(self) -> str | None:
         """This replica's Lease identity (the pod name plus a random suffix), from the log of its
@@ -111,18 +130,25 @@ class OperatorProcess:
 
     def send(self, sig: signal.Signals) -> None:
         assert self.process is not None
-        self.process.send_signal(sig)
+        if self.image is None:
+            self.process.send_signal(sig)
+        elif (pid := self.image.operator_pid(self.process.pid)) is not None:
+            os.kill(pid, sig)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 15) -> None:
         if self.process is None:
             return
         if self.running:
-            self.process.send_signal(sig)
-            try:
+            with contextlib.suppress(ProcessLookupError):
+                self.send(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.image is None:
+            self.process.kill()  # a no-op once it has exited
+        else:
+            with contextlib.suppress(ProcessLookupError):  # buildah's processes too
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
         self.process = None
 
     def metrics(self) -> str:

@@ -8,6 +8,7 @@ started against it to play the fake node, so the same tests run where Docker exi
 from __future__ import annotations
 
 import contextlib
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,16 @@ def operator(operator_process: OperatorProcess) -> OperatorProcess:
     if not operator_process.running:
         operator_process.start()
     return operator_process
+
+
+@pytest.fixture
+def started(operator_process: OperatorProcess) -> Iterator[list[OperatorProcess]]:
+    """Replicas a test starts and appends here (the session's operator is stopped meanwhile);
+    afterwards each is resumed if paused, and stopped."""
+    operator_process.stop()
+    processes: list[OperatorProcess] = []
+    yield processes
+    for replica in processes:
+        if replica.process is not None:
+            replica.send(signal.SIGCONT)
+        replica.stop()

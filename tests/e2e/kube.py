@@ -1,5 +1,5 @@
 """The one support module of the e2e tests: kubectl with JSON, waiting on a condition with a
-deadline, and building and reading ScheduledJobs and their Jobs."""
+deadline, building and reading ScheduledJobs and their Jobs, and replicas and their Lease."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from devcluster.cluster import kwok_pod_template as pod_template
 from devcluster.install import token_kubeconfig
+from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
 
 T = TypeVar("T")
 
@@ -244,3 +245,52 @@ def wait_until(instant: datetime) -> None:
     remaining = (instant - datetime.now(UTC)).total_seconds()
     if remaining > 0:
         time.sleep(remaining)
+
+
+# --- replicas and the Lease --------------------------------------------------------------------
+
+
+def lease(kube: Kube) -> dict[str, Any]:
+    spec: dict[str, Any] = (kube.get("lease", LEASE, OPERATOR_NAMESPACE) or {}).get("spec") or {}
+    return spec
+
+
+def holder(kube: Kube) -> str:
+    return str(lease(kube).get("holderIdentity") or "")
+
+
+def leader_of(replicas: list[OperatorProcess], kube: Kube) -> OperatorProcess:
+    def find() -> OperatorProcess | None:
+        current = holder(kube)
+        return next((r for r in replicas if r.running and r.identity() == current), None)
+
+    return wait_for(find, 3 * ELECTION["lease_duration"], "a replica to hold the Lease")
+
+
+def takeover_seconds(kube: Kube, old: str, deadline: float) -> float:
+    """Seconds until the Lease names a holder other than `old` (polled as fast as kubectl goes)."""
+    start = time.monotonic()
+    wait_for(lambda: holder(kube) not in ("", old), deadline, "another replica to take over", 0.02)
+    return time.monotonic() - start
+
+
+def wait_for_runs_by(leader: OperatorProcess, kube: Kube, namespace: str, name: str) -> None:
+    """A new leader is acting: a Job of `name` written by it appears within 10 s."""
+    wait_for(
+        lambda: any(
+            j["metadata"]["annotations"]["cronlease.io/leader"] == leader.identity()
+            for j in jobs_of(kube, namespace, name)
+        ),
+        10,
+        f"runs under {leader.name}",
+    )
+
+
+def assert_each_slot_once(jobs: list[dict[str, Any]], every: int) -> list[int]:
+    """Every slot from the first Job's to the last's (`every` seconds apart) has exactly one Job:
+    none doubled, none lost. Returns the slots, in epoch seconds, in order."""
+    slots = sorted(int(scheduled_at(job).timestamp()) for job in jobs)
+    assert len(slots) == len(set(slots)), "a slot ran twice"
+    missing = sorted(set(range(slots[0], slots[-1] + 1, every)) - set(slots))
+    assert missing == [], f"slots lost: {missing}"
+    return slots

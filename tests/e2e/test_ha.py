@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,53 +13,23 @@ import pytest
 
 from devcluster import faultproxy
 from devcluster.faultproxy import Rule
-from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, RELEASE, OperatorProcess
+from devcluster.replica import ELECTION, OPERATOR_NAMESPACE, RELEASE, OperatorProcess
 from kube import (
     Kube,
     KubectlError,
+    assert_each_slot_once,
+    holder,
     jobs_of,
+    leader_of,
+    lease,
     pod_template,
     scheduled_at,
     scheduledjob,
     status_of,
+    takeover_seconds,
     wait_for,
+    wait_for_runs_by,
 )
-
-
-def lease(kube: Kube) -> dict[str, Any]:
-    spec: dict[str, Any] = (kube.get("lease", LEASE, OPERATOR_NAMESPACE) or {}).get("spec") or {}
-    return spec
-
-
-def holder(kube: Kube) -> str:
-    return str(lease(kube).get("holderIdentity") or "")
-
-
-def leader_of(replicas: list[OperatorProcess], kube: Kube) -> OperatorProcess:
-    def find() -> OperatorProcess | None:
-        current = holder(kube)
-        return next((r for r in replicas if r.running and r.identity() == current), None)
-
-    return wait_for(find, 3 * ELECTION["lease_duration"], "a replica to hold the Lease")
-
-
-def takeover_seconds(kube: Kube, old: str, deadline: float) -> float:
-    """Seconds until the Lease names a holder other than `old` (polled as fast as kubectl goes)."""
-    start = time.monotonic()
-    wait_for(lambda: holder(kube) not in ("", old), deadline, "another replica to take over", 0.02)
-    return time.monotonic() - start
-
-
-def wait_for_runs_by(leader: OperatorProcess, kube: Kube, namespace: str) -> None:
-    """A new leader is acting: a Job written by it appears within 10 s."""
-    wait_for(
-        lambda: any(
-            j["metadata"]["annotations"]["cronlease.io/leader"] == leader.identity()
-            for j in jobs_of(kube, namespace, "ha")
-        ),
-        10,
-        f"runs under {leader.name}",
-    )
 
 
 def metric(replica: OperatorProcess, name: str) -> float:
@@ -70,19 +38,6 @@ def metric(replica: OperatorProcess, name: str) -> float:
         if line.startswith(f"{name} "):
             return float(line.split()[1])
     return 0.0
-
-
-@pytest.fixture
-def started(operator_process: OperatorProcess) -> Iterator[list[OperatorProcess]]:
-    """Replicas a test starts and appends here (the session's operator is stopped meanwhile);
-    afterwards each is resumed if paused, and stopped."""
-    operator_process.stop()
-    processes: list[OperatorProcess] = []
-    yield processes
-    for replica in processes:
-        if replica.process is not None:
-            replica.send(signal.SIGCONT)
-        replica.stop()
 
 
 @pytest.fixture
@@ -122,20 +77,17 @@ def test_one_writer_failover_and_no_slot_lost_or_doubled(
     crash = takeover_seconds(kube, str(first.identity()), 20)
     assert crash <= ELECTION["lease_duration"] + ELECTION["retry_period"] + 0.5, crash
     second = leader_of(replicas, kube)
-    wait_for_runs_by(second, kube, namespace)
+    wait_for_runs_by(second, kube, namespace, "ha")
 
     # Graceful stop: SIGTERM releases the Lease; the last standby takes over within retry + 1 s.
     second.stop(signal.SIGTERM)
     graceful = takeover_seconds(kube, str(second.identity()), 10)
     assert graceful <= ELECTION["retry_period"] + 1.0, graceful
-    wait_for_runs_by(leader_of(replicas, kube), kube, namespace)
+    wait_for_runs_by(leader_of(replicas, kube), kube, namespace, "ha")
 
     # Across both handovers: every slot from the first to the last has exactly one Job.
     jobs = jobs_of(kube, namespace, "ha")
-    slots = sorted(int(scheduled_at(job).timestamp()) for job in jobs)
-    assert len(slots) == len(set(slots)), "a slot ran twice"
-    missing = sorted(set(range(slots[0], slots[-1] + 1)) - set(slots))
-    assert missing == [], f"slots lost across the failovers: {missing}"
+    assert_each_slot_once(jobs, every=1)
     tokens = [
         int(j["metadata"]["annotations"]["cronlease.io/fencing-token"])
         for j in sorted(jobs, key=scheduled_at)
@@ -241,9 +193,7 @@ def test_stale_leader_writes_are_refused_by_the_api_server(
         or int(j["metadata"]["annotations"]["cronlease.io/fencing-token"]) < token
     ]  # fmt: skip
     assert stale_jobs == [], "Jobs from the stale leader were admitted"
-    slots = sorted(int(scheduled_at(j).timestamp()) for j in jobs)
-    assert len(slots) == len(set(slots)), "a slot ran twice"
-    assert sorted(set(range(slots[0], slots[-1] + 1, 2)) - set(slots)) == [], "a slot was lost"
+    slots = assert_each_slot_once(jobs, every=2)
     assert slots[0] <= paused_at.timestamp(), "the slot whose create was refused was never run"
 
 
