@@ -16,12 +16,13 @@ NODE_NAME = "kwok-node-0"
 NODE_SELECTOR_LABEL = ("type", "kwok")
 
 
-def start(bins: Path, kubeconfig: Path, log_dir: Path, port: int) -> Started:
-    """Start kwok as the client of `kubeconfig`; the URL is its own server (health, metrics)."""
+def start(bins: Path, kubeconfig: Path, log_dir: Path, port: int, stages: Path = STAGES) -> Started:
+    """Start kwok as the client of `kubeconfig` with the `stages` file (read once, at start); the
+    URL is its own server (health, metrics)."""
     command = [
         str(bins / NAME),
         f"--kubeconfig={kubeconfig}",
-        f"--config={STAGES}",
+        f"--config={stages}",
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--node-lease-duration-seconds=40",
