@@ -1,14 +1,18 @@
 """kwok plays pods as their annotations say (hack/devcluster/kwok-stages.yaml): failing on chosen
-attempts and with a chosen exit code, which the retry tests of issue 15 build on. Plain Jobs, no
-operator: the attempt is written on the pod template by hand, as the operator writes it."""
+attempts and with a chosen exit code, which the retry tests of issue 15 build on. Mostly plain
+Jobs with the attempt written on the pod template by hand, as the operator writes it; the last
+test has the operator write it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from kube import Kube, condition, pod_template, wait_for
+from devcluster.replica import OperatorProcess
+from kube import Kube, condition, jobs_of, pod_template, scheduledjob, wait_for
 
 ATTEMPT = "cronlease.io/attempt"
+SUSPEND = json.dumps({"spec": {"suspend": True}})
 
 
 def job(name: str, namespace: str, template: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -91,3 +95,18 @@ def test_pods_without_the_new_annotations_end_as_before(kube: Kube, namespace: s
     [bad] = pods_of(kube, namespace, "plain-bad")
     assert (exit_codes(ok), exit_codes(bad)) == ([0], [1])
     assert failed_reason(outcome(kube, namespace, "plain-bad")) == "BackoffLimitExceeded"
+
+
+def test_a_scheduled_run_is_attempt_1_to_kwok(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(
+        scheduledjob("first", namespace, schedule="* * * * * *", fail_attempts=(1,), exit_code=42)
+    )
+    [first, *_] = wait_for(lambda: jobs_of(kube, namespace, "first"), 20, "a Job")
+    name = first["metadata"]["name"]
+    kube.run("patch", "scheduledjob", "first", "-n", namespace, "--type=merge", "-p", SUSPEND)
+    assert result(outcome(kube, namespace, name)) == "Failed"
+    [pod] = pods_of(kube, namespace, name)
+    assert pod["metadata"]["annotations"][ATTEMPT] == "1"
+    assert exit_codes(pod) == [42]
