@@ -82,6 +82,12 @@ class Cluster:
     def state_file(self) -> Path:
         return self.kubeconfig.parent / "state.json"
 
+    @property
+    def kwok_stages(self) -> Path:
+        """The copy of kwok-stages.yaml kwok runs with: kwok reads it only at start, so the copy
+        says what the running kwok plays, whichever checkout started it."""
+        return self.kubeconfig.parent / kwok.STAGES.name
+
     def save(self) -> None:
         raw = {
             "kubeconfig": str(self.kubeconfig),
@@ -195,6 +201,9 @@ def ensure_cluster(build: bool = True) -> Cluster:
             if not dead and _api_ready(existing):
                 age = time.time() - existing.started_at
                 _log(f"reusing the running cluster (up {age:.0f} s): {existing.kubeconfig}")
+                if not _stages_current(existing):
+                    _log(f"kwok runs without this checkout's {kwok.STAGES.name}; restarting it")
+                    _restart_kwok(existing)
                 existing.reused = True
                 return existing
             _log(f"found a broken cluster (not running: {', '.join(dead) or 'api'}); replacing it")
@@ -226,6 +235,7 @@ def _teardown(cluster: Cluster) -> None:
         if name in cluster.pids:
             stop(cluster.pids[name], name)
     shutil.rmtree(cluster.data_dir, ignore_errors=True)
+    cluster.kwok_stages.unlink(missing_ok=True)
     cluster.state_file.unlink(missing_ok=True)
 
 
@@ -288,7 +298,7 @@ def _start(directory: Path) -> Cluster:
                 bins, data_dir, log_dir, server=server, ca=ca, port=free_port()
             )
         )
-        cluster.add(kwok.start(bins, kubeconfig, log_dir, free_port()))
+        _start_kwok(cluster)
         create_fake_node(kubeconfig)
         _wait_for(
             lambda: _default_service_account(cluster), 60, "the default ServiceAccount", cluster
@@ -301,6 +311,42 @@ def _start(directory: Path) -> Cluster:
     cluster.save()
     _log(f"control plane ready in {cluster.startup_seconds} s; kubeconfig {kubeconfig}")
     return cluster
+
+
+def _start_kwok(cluster: Cluster) -> Started:
+    shutil.copyfile(kwok.STAGES, cluster.kwok_stages)
+    port = free_port()
+    return cluster.add(
+        kwok.start(bin_dir(), cluster.kubeconfig, cluster.log_dir, port, cluster.kwok_stages)
+    )
+
+
+def _stages_current(cluster: Cluster) -> bool:
+    """Whether the running kwok plays this checkout's stages. A kwok started from a checkout's
+    own file (by a devcluster before the copy was kept) plays stages unknown here: not current."""
+    copy = cluster.kwok_stages
+    runs_copy = f"--config={copy}" in cluster.commands.get(kwok.NAME, [])
+    return runs_copy and copy.exists() and copy.read_bytes() == kwok.STAGES.read_bytes()
+
+
+def _restart_kwok(cluster: Cluster) -> None:
+    """Start kwok again with this checkout's stages: only when they changed, so once per change
+    (the e2e lock keeps other test runs out meanwhile). Pods in flight lose only time: their
+    state is in the API, and the new kwok takes each up where it is (a running pod's duration
+    counts again from the restart)."""
+    stop(cluster.pids[kwok.NAME], kwok.NAME)
+    # kwok plays a node only while it holds the node's Lease, under a new identity per process:
+    # the new one would wait out the old one's Lease (40 s) before any pod moved. Deleting it
+    # hands the node over at once; the new kwok creating it again is the sign it plays the node.
+    lease = ("lease", NODE_NAME, "-n", "kube-node-lease")
+    cluster.kubectl("delete", *lease, "--ignore-not-found")
+    _start_kwok(cluster)
+    _wait_for(
+        lambda: bool(cluster.kubectl("get", *lease, "-o", "name", check=False).strip()),
+        30,
+        f"kwok to hold node {NODE_NAME}'s Lease",
+        cluster,
+    )
 
 
 def start_kwok(kubeconfig: Path, log_dir: Path) -> int:

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -114,18 +114,23 @@ def condition(obj: Any, kind: str) -> str | None:
 LABEL = "cronlease.io/scheduledjob"
 
 
-def scheduledjob(name: str, namespace: str, duration: str = "0s", **spec: Any) -> dict[str, Any]:
-    result = spec.pop("result", "Succeeded")
+def scheduledjob(
+    name: str,
+    namespace: str,
+    duration: str = "0s",
+    *,
+    result: str = "Succeeded",
+    fail_attempts: Sequence[int] = (),
+    exit_code: int | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A ScheduledJob whose pods kwok plays (see pod_template); `spec` adds to its spec."""
+    template = pod_template(duration, result, fail_attempts=fail_attempts, exit_code=exit_code)
     return {
         "apiVersion": "cronlease.io/v1alpha1",
         "kind": "ScheduledJob",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "jobTemplate": {
-                "spec": {"backoffLimit": 0, "template": pod_template(duration, result)}
-            },
-            **spec,
-        },
+        "spec": {"jobTemplate": {"spec": {"backoffLimit": 0, "template": template}}, **spec},
     }
 
 
