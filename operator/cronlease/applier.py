@@ -29,11 +29,17 @@ from cronlease.jobtemplate import build_job
 from cronlease.kube import ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
 from cronlease.model import Model
-from cronlease.naming import FINALIZER_SLOT_RECORD, TRIGGER_MANUAL, TRIGGER_SCHEDULE
+from cronlease.naming import (
+    FINALIZER_SLOT_RECORD,
+    LABEL_DEAD_LETTER,
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+)
 from cronlease.reconcile import (
     Decision,
     ObjectRef,
     PlannedDeletion,
+    PlannedLabel,
     PlannedRelease,
     PlannedRun,
     ScheduledJobView,
@@ -200,12 +206,16 @@ class Applier:
             write = self._record(sj, obj, decision)
             if write is not None:
                 await self._write_status(write)
-            # Recorded now: the runs created and the existing Jobs recorded by this decision.
+            # Recorded now: the runs created and the existing Jobs recorded by this decision
+            # (unless their runs may still need them: a later decision releases those).
             recorded = [
                 PlannedRelease(job.name, job.uid) for _, job in decision.recorded if job.held
             ]
-            for release in [*decision.releases, *created, *recorded]:
+            settled = [] if decision.keep_runs_held else [*created, *recorded]
+            for release in [*decision.releases, *settled]:
                 await self._release(sj.namespace, release)
+            for planned in decision.labels:
+                await self._label(sj, planned)
         except TemplateRefused as refused:
             await self._record_refused_template(sj, obj, str(refused))
             return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
@@ -315,7 +325,9 @@ class Applier:
             raise RetryLater(f"creating Job {run.job_name}: {error}") from error
         lag = time.time() - run.slot.timestamp()
         metrics.jobs_created.labels(run.trigger).inc()
-        if run.trigger == TRIGGER_SCHEDULE:
+        if run.attempt > 1:  # late by design: the delay after a failed attempt
+            metrics.run_attempts.labels(run.trigger).inc()
+        elif run.trigger == TRIGGER_SCHEDULE:
             metrics.schedule_lag.observe(max(lag, 0.0))
         self._event(sj.ref, "Normal", "SuccessfulCreate", f"created Job {run.job_name}")
         return str(created["metadata"]["uid"])
@@ -332,7 +344,7 @@ class Applier:
             info.run_now_token == run.run_now_token
             if run.trigger == TRIGGER_MANUAL
             else info.slot == run.slot
-        )
+        ) and (info.run_name, info.attempt) == (run.run_name, run.attempt)
         if info.trusted and info.owner_uid == sj.uid and info.trigger == run.trigger and same_run:
             return info.uid
         # Someone else's Job holds the name: decided again at once, the slot is a NameConflict.
@@ -371,6 +383,27 @@ class Applier:
         except TransportError as error:
             raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
         self.model.released(namespace, release.job_name)
+
+    async def _label(self, sj: ScheduledJobView, planned: PlannedLabel) -> None:
+        """A label that marks the end of a run's attempt (after the status write): a dead letter
+        (kept outside the history limits), or an attempt retried (never retried again)."""
+        self._check_leading()
+        try:
+            with self.model.reading():
+                async with self._status_pool:
+                    labelled = await self.api.label_job(
+                        sj.namespace, planned.job_name, planned.uid, {planned.label: "true"}
+                    )
+                self.model.upsert_job(labelled)  # the next decision must not label it again
+        except ApiError as error:
+            if error.status in (404, 409):  # gone, or another Job under that name now
+                return
+            metrics.reconcile_errors.labels("label").inc()
+            raise RetryLater(f"labelling Job {planned.job_name}: {error}") from error
+        except TransportError as error:
+            raise RetryLater(f"labelling Job {planned.job_name}: {error}") from error
+        if planned.label == LABEL_DEAD_LETTER:
+            metrics.dead_lettered.inc()
 
     def _record(
         self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision

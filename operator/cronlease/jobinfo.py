@@ -21,11 +21,20 @@ from cronlease.naming import (
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
     FINALIZER_SLOT_RECORD,
+    LABEL_ATTEMPT,
+    LABEL_DEAD_LETTER,
+    LABEL_RETRIED,
+    LABEL_RUN,
     LABEL_SCHEDULEDJOB,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
+    attempt_job_name,
     parse_time,
 )
+
+# The Job controller's reason for a Job failed by a podFailurePolicy FailJob rule: the run's
+# own policy says retrying cannot help.
+NOT_RETRYABLE = "PodFailurePolicy"
 
 
 class JobState(enum.StrEnum):
@@ -50,6 +59,16 @@ class JobInfo:
     trusted: bool = True  # carries what the leader writes: owner, label, leader, token, slot
     held: bool = False  # still carries the slot-record finalizer
     run_now_token: str | None = None
+    # The run this Job is an attempt of (the first attempt's name), and which attempt.
+    run: str = ""
+    attempt: int = 1
+    dead_letter: bool = False  # labelled cronlease.io/dead-letter=true
+    retried: bool = False  # labelled cronlease.io/retried=true: a later attempt was made
+    failure_reason: str = ""  # the Failed condition's reason
+
+    @property
+    def run_name(self) -> str:
+        return self.run or self.name
 
     @property
     def finished(self) -> bool:
@@ -100,7 +119,7 @@ def job_info(job: dict[str, Any]) -> JobInfo:
     labels = _strings(metadata.get("labels"))
     owner = _controller(metadata)
     owner_uid = _text(owner.get("uid")) or None if owner else None
-    state, finished_at = JobState.ACTIVE, None
+    state, finished_at, failure_reason = JobState.ACTIVE, None, ""
     for condition in _items(status.get("conditions")):
         if condition.get("status") != "True":
             continue
@@ -112,9 +131,15 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         elif condition.get("type") == "Failed":
             state = JobState.FAILED
             finished_at = parse_time(condition.get("lastTransitionTime"))
+            failure_reason = _text(condition.get("reason"))
     slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT))
     trigger = annotations.get(ANNOTATION_TRIGGER, TRIGGER_SCHEDULE)
     run_now_token = annotations.get(ANNOTATION_RUN_NOW)
+    name = _text(metadata.get("name"))
+    # Jobs from before retries carry no run or attempt: each is its own run's first attempt.
+    run = labels.get(LABEL_RUN, name)
+    attempt = _token(labels.get(LABEL_ATTEMPT, "1"))
+    owner_name = _text(owner.get("name")) if owner else ""
     trusted = (
         owner is not None
         and owner_uid is not None
@@ -123,10 +148,13 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         and _token(annotations.get(ANNOTATION_FENCING_TOKEN)) is not None
         and slot is not None
         and (trigger == TRIGGER_SCHEDULE or (trigger == TRIGGER_MANUAL and bool(run_now_token)))
+        and attempt is not None
+        and attempt >= 1
+        and name == attempt_job_name(owner_name, run, attempt)
     )
     finalizers = metadata.get("finalizers")
     return JobInfo(
-        name=_text(metadata.get("name")),
+        name=name,
         uid=_text(metadata.get("uid")),
         owner_uid=owner_uid,
         slot=slot,
@@ -140,4 +168,9 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         trusted=trusted,
         held=isinstance(finalizers, list) and FINALIZER_SLOT_RECORD in finalizers,
         run_now_token=run_now_token,
+        run=run,
+        attempt=attempt or 1,
+        dead_letter=labels.get(LABEL_DEAD_LETTER) == "true",
+        retried=labels.get(LABEL_RETRIED) == "true",
+        failure_reason=failure_reason,
     )

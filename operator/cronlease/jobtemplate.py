@@ -14,6 +14,8 @@ from cronlease.naming import (
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
     FINALIZER_SLOT_RECORD,
+    LABEL_ATTEMPT,
+    LABEL_RUN,
     LABEL_SCHEDULEDJOB,
     format_time,
 )
@@ -26,7 +28,12 @@ def build_job(
 ) -> dict[str, Any]:
     template = copy.deepcopy(sj.spec.get("jobTemplate") or {})
     metadata = template.get("metadata") or {}
-    labels = {**(metadata.get("labels") or {}), LABEL_SCHEDULEDJOB: sj.name}
+    labels = {
+        **(metadata.get("labels") or {}),
+        LABEL_SCHEDULEDJOB: sj.name,
+        LABEL_RUN: run.run_name,
+        LABEL_ATTEMPT: str(run.attempt),
+    }
     annotations = {
         **(metadata.get("annotations") or {}),
         ANNOTATION_SCHEDULED_AT: format_time(run.slot),
@@ -57,6 +64,6 @@ def build_job(
             ],
         },
         "spec": with_run_environment(
-            template.get("spec") or {}, run_annotations(sj.namespace, sj.name, run)
+            template.get("spec") or {}, run_annotations(sj.namespace, sj.name, run, run.attempt)
         ),
     }

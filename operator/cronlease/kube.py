@@ -272,6 +272,18 @@ class KubeApi:
             content_type="application/strategic-merge-patch+json",
         )
 
+    async def label_job(
+        self, namespace: str, name: str, uid: str, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        """Add `labels` to the Job, if it is still the Job with `uid`; the Job as updated."""
+        body = {"metadata": {"uid": uid, "labels": labels}}
+        return await self.transport.request(
+            "PATCH",
+            resource_path(JOBS, namespace, name),
+            body,
+            content_type="application/strategic-merge-patch+json",
+        )
+
     # ScheduledJobs
 
     def list_scheduledjobs(

@@ -106,6 +106,7 @@ async def run(args: argparse.Namespace) -> None:
         clock=server_clock.now,  # "now" never runs ahead of the API server's clock
     )
     job_watch = JobWatch(api, model, namespaces, jobs_listed)
+    metrics.dead_letters.set_function(lambda: model.dead_letter_count)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, model)
     tasks: list[asyncio.Task[None]] = []

@@ -38,3 +38,15 @@ clock_skew = Gauge(
     "Host clock minus the API server's (from its Date header, to about a second); when ahead by "
     "more than 2 s, decisions use the server's time.",
 )
+dead_letters = Gauge(
+    f"{PREFIX}_dead_letters",
+    "Jobs kept as dead letters (runs whose attempts all failed), in the live model.",
+)
+dead_lettered = Counter(
+    f"{PREFIX}_dead_lettered_total", "Runs dead-lettered after their last attempt failed."
+)
+run_attempts = Counter(
+    f"{PREFIX}_run_attempts_total",
+    "Attempt Jobs created after a failed attempt (retries), by trigger.",
+    ["trigger"],
+)

@@ -147,6 +147,11 @@ class Model:
     def scheduledjob_count(self) -> int:
         return len(self._scheduledjobs)
 
+    @property
+    def dead_letter_count(self) -> int:
+        """Jobs labelled as dead letters (a gauge reads this at each scrape)."""
+        return sum(1 for stored in self._jobs.values() if stored.info.dead_letter)
+
     def upsert_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         current = self._scheduledjobs.get(key)

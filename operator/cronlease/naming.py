@@ -18,6 +18,14 @@ ANNOTATION_TRIGGER = f"{GROUP}/trigger"
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"
 ANNOTATION_LEADER = f"{GROUP}/leader"
 ANNOTATION_FENCING_TOKEN = f"{GROUP}/fencing-token"
+# A run's attempts (issue 15): each attempt is a Job; the run is named by its first attempt.
+LABEL_RUN = f"{GROUP}/run"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+# The last attempt of a run that exhausted its attempts, kept beyond the history limits.
+LABEL_DEAD_LETTER = f"{GROUP}/dead-letter"
+# An attempt whose next attempt was created: never retried again, whatever becomes of the later
+# attempts (history cleanup, a user's deletion).
+LABEL_RETRIED = f"{GROUP}/retried"
 # Held on a Job from its creation until its slot is recorded in its ScheduledJob's status, so the
 # Job cannot vanish (TTL, a user, history cleanup) while nothing durable says the slot ran
 # (docs/design-notes.md, item 21).
@@ -34,6 +42,15 @@ def scheduled_job_name(owner: str, slot: datetime, with_seconds: bool) -> str:
     """`<owner>-<minutes since epoch>` like CronJob, or seconds when the schedule has seconds."""
     epoch_seconds = int(slot.timestamp())
     return f"{owner}-{epoch_seconds if with_seconds else epoch_seconds // 60}"
+
+
+def attempt_job_name(owner: str, run: str, attempt: int) -> str:
+    """Attempt 1 is the run's own Job; a retry's name is hashed from the run and the attempt, so
+    that a repeated create of one attempt collides, and names stay within 63 characters."""
+    if attempt == 1:
+        return run
+    digest = hashlib.sha256(f"{run}/{attempt}".encode()).hexdigest()[:9]
+    return f"{owner}-a{digest}"
 
 
 def manual_job_name(owner: str, token: str) -> str:

@@ -19,23 +19,36 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease.conditions import set_condition
-from cronlease.jobinfo import JobInfo, JobState
+from cronlease.jobinfo import NOT_RETRYABLE, JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RUN_NOW,
+    LABEL_DEAD_LETTER,
+    LABEL_RETRIED,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
+    attempt_job_name,
     format_time,
     manual_job_name,
     parse_time,
     scheduled_job_name,
 )
-from cronlease.spec import ConcurrencyPolicy, Spec, SpecError, parse_spec
+from cronlease.runs import ONGOING, Run, RunOutcome, runs_of
+from cronlease.spec import (
+    MAX_ATTEMPTS,
+    ConcurrencyPolicy,
+    RetryPolicy,
+    Spec,
+    SpecError,
+    parse_spec,
+)
 
 # How late the scheduler may handle a slot and still call it on time. It covers the loop's wake-up
 # and a burst of creations, so that startingDeadlineSeconds: 0 means "only if on time" and on-time
 # slots really run (CronJob always wakes ~100 ms late, so its deadline 0 never runs anything).
 ON_TIME_TOLERANCE = timedelta(seconds=1)
 RECENT_RUNS = 10
+# status.deadLetters lists at most this many (the newest); the labelled Jobs are all of them.
+DEAD_LETTERS = 20
 # status.active lists at most this many Jobs (oldest first); activeCount counts them all. Allow
 # with long runs can keep thousands active, and status must stay a small object.
 ACTIVE_REFS = 100
@@ -114,11 +127,18 @@ class PlannedRun:
     slot: datetime
     trigger: str
     run_now_token: str | None = None
+    attempt: int = 1
+    run: str = ""  # the run this is an attempt of; the Job's own name for a first attempt
+
+    @property
+    def run_name(self) -> str:
+        return self.run or self.job_name
 
 
 class DeletionReason(enum.StrEnum):
     REPLACE = "Replace"
     HISTORY_LIMIT = "HistoryLimit"
+    DEAD_LETTER_EXPIRED = "DeadLetterExpired"
 
 
 class EventType(enum.StrEnum):
@@ -137,6 +157,16 @@ class PlannedDeletion:
 class PlannedRelease:
     job_name: str
     uid: str
+
+
+@dataclass(frozen=True)
+class PlannedLabel:
+    """Label a Job `label`=true: a dead letter (a run's last attempt, every attempt failed), or
+    an attempt that was retried."""
+
+    job_name: str
+    uid: str
+    label: str
 
 
 @dataclass(frozen=True)
@@ -162,6 +192,10 @@ class Decision:
     deletions: list[PlannedDeletion] = field(default_factory=list)
     # Jobs whose slot-record finalizer can go: their run is recorded in the persisted status.
     releases: list[PlannedRelease] = field(default_factory=list)
+    labels: list[PlannedLabel] = field(default_factory=list)
+    # With retries, a run's Jobs stay held until the run ends (_plan_releases says when), so the
+    # shell must not release what it creates or records as soon as the status says so.
+    keep_runs_held: bool = False
     skips: list[SkippedSlots] = field(default_factory=list)
     events: list[EventRecord] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
@@ -182,22 +216,36 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     refused = sj.status.get("templateError") or {}
     if refused.get("generation") == sj.generation:
         return _invalid(sj, jobs, f"spec.jobTemplate: {refused.get('message', '')}", now)
-    decision = Decision()
+    decision = Decision(keep_runs_held=spec.retry is not None)
     status = dict(sj.status)
     cursor = _cursor(sj, spec, status, now, decision)
+    runs = runs_of(owned)
+    outcomes = {name: run.outcome(spec.retry) for name, run in runs.items()}
+    # A run waiting for its next attempt is active for the concurrency policy.
+    waiting = [runs[name].latest for name, o in outcomes.items() if o is RunOutcome.RETRYING]
+    _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
 
     due, uncounted = _due_slots(spec, cursor, now)
     if due:
-        _handle_due_slots(sj, spec, owned, taken, due, uncounted, now, decision)
+        _handle_due_slots(sj, spec, owned, waiting, taken, due, uncounted, now, decision)
         cursor = due[-1]
-    _handle_run_now(sj, spec, owned, taken, now, decision, status)
-    _plan_history_cleanup(spec, owned, decision)
-    _plan_releases(sj, jobs, decision)
-    _write_status(sj, spec, owned, status, cursor, now, decision)
+    _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
+    _plan_history_cleanup(spec, owned, runs, outcomes, now, decision)
+    ongoing = frozenset(
+        name
+        for name, outcome in outcomes.items()
+        if spec.retry and (outcome in ONGOING or runs[name].unmarked)
+    )
+    _plan_releases(sj, jobs, decision, ongoing)
+    _write_status(sj, spec, owned, runs, outcomes, status, cursor, now, decision)
     decision.status = status
-    if decision.wake_at is None and not spec.suspend:
-        decision.wake_at = _next_slot(spec, cursor, now)
+    if not spec.suspend:
+        decision.wake_at = _earliest(decision.wake_at, _next_slot(spec, cursor, now))
     return decision
+
+
+def _earliest(*instants: datetime | None) -> datetime | None:
+    return min((instant for instant in instants if instant is not None), default=None)
 
 
 def _condition_true(status: dict[str, Any], condition_type: str) -> bool:
@@ -223,7 +271,17 @@ def _invalid(
     decision = Decision(status=status)
     if previous is None or previous.get("status") != "True" or previous.get("message") != message:
         decision.events.append(EventRecord(EventType.WARNING, "InvalidSpec", message))
-    _plan_releases(sj, jobs, decision)
+    ongoing: frozenset[str] = frozenset()
+    if "retry" in sj.spec or "deadLetter" in sj.spec:
+        # The policy is unreadable: every run that any policy could still retry stays held.
+        owned = [job for job in jobs if job.owner_uid == sj.uid and job.trusted]
+        most = RetryPolicy(max_attempts=MAX_ATTEMPTS)
+        ongoing = frozenset(
+            name
+            for name, run in runs_of(owned).items()
+            if run.outcome(most) in ONGOING or run.unmarked
+        )
+    _plan_releases(sj, jobs, decision, ongoing)
     return decision
 
 
@@ -256,6 +314,77 @@ def _cursor(
     return sj.created_at
 
 
+def _plan_attempts(
+    sj: ScheduledJobView,
+    spec: Spec,
+    runs: dict[str, Run],
+    outcomes: dict[str, RunOutcome],
+    taken: frozenset[str],
+    now: datetime,
+    decision: Decision,
+) -> None:
+    """The next attempt of each failed run whose delay has passed; a dead letter for each run
+    with no attempt left. A suspended ScheduledJob starts no attempt (its runs wait)."""
+    retry = spec.retry
+    if retry is None:
+        return
+    for name, outcome in sorted(outcomes.items()):
+        latest = runs[name].latest
+        decision.labels += [
+            PlannedLabel(job.name, job.uid, LABEL_RETRIED) for job in runs[name].unmarked
+        ]
+        if outcome is RunOutcome.EXHAUSTED:
+            decision.labels.append(PlannedLabel(latest.name, latest.uid, LABEL_DEAD_LETTER))
+            why = _dead_letter_reason(latest)
+            decision.events.append(
+                EventRecord(
+                    EventType.WARNING,
+                    "DeadLettered",
+                    f"run {name} failed after {latest.attempt} attempt(s) ({why}); "
+                    f"Job {latest.name} is kept as a dead letter",
+                )
+            )
+            continue
+        if outcome is not RunOutcome.RETRYING or spec.suspend or latest.slot is None:
+            continue
+        due = (latest.finished_at or now) + timedelta(seconds=retry.delay(latest.attempt))
+        if due > now:
+            decision.wake_at = _earliest(decision.wake_at, due)
+            continue
+        attempt = latest.attempt + 1
+        job_name = attempt_job_name(sj.name, name, attempt)
+        if job_name in taken:
+            # Someone else's Job holds the name (the next attempt, orphaned by a user): the run
+            # cannot go on, and this attempt is done with, as if retried.
+            decision.labels.append(PlannedLabel(latest.name, latest.uid, LABEL_RETRIED))
+            decision.events.append(
+                EventRecord(
+                    EventType.WARNING,
+                    "RetryConflict",
+                    f"run {name}: attempt {attempt} not started, Job {job_name} exists and was "
+                    "not created by cronlease",
+                )
+            )
+            continue
+        decision.runs.append(
+            PlannedRun(
+                job_name, latest.slot, latest.trigger, latest.run_now_token, attempt, run=name
+            )
+        )
+        decision.events.append(
+            EventRecord(
+                EventType.NORMAL,
+                "RunRetrying",
+                f"run {name}: attempt {attempt} of {retry.max_attempts} "
+                f"(attempt {latest.attempt} failed)",
+            )
+        )
+
+
+def _dead_letter_reason(job: JobInfo) -> str:
+    return NOT_RETRYABLE if job.failure_reason == NOT_RETRYABLE else "AttemptsExhausted"
+
+
 def _due_slots(spec: Spec, cursor: datetime | None, now: datetime) -> tuple[list[datetime], int]:
     """Due slots, oldest first, and how many older ones were only counted, not listed."""
     if spec.run_at is not None:
@@ -279,6 +408,7 @@ def _handle_due_slots(
     sj: ScheduledJobView,
     spec: Spec,
     owned: Sequence[JobInfo],
+    waiting: Sequence[JobInfo],
     taken: frozenset[str],
     due: list[datetime],
     uncounted: int,
@@ -330,7 +460,7 @@ def _handle_due_slots(
         count = len(superseded) + uncounted - uncounted_late
         _skip(decision, SkipReason.SUPERSEDED, count, superseded[-1] if superseded else due[0])
     for slot in runnable:
-        if _admit(spec, owned, decision, slot, TRIGGER_SCHEDULE):
+        if _admit(spec, owned, waiting, decision, slot, TRIGGER_SCHEDULE):
             decision.runs.append(planned(slot))
 
 
@@ -342,10 +472,19 @@ def _record_if_exists(decision: Decision, owned: Sequence[JobInfo], run: Planned
 
 
 def _admit(
-    spec: Spec, owned: Sequence[JobInfo], decision: Decision, slot: datetime, trigger: str
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    waiting: Sequence[JobInfo],
+    decision: Decision,
+    slot: datetime,
+    trigger: str,
 ) -> bool:
-    """Apply the concurrency policy to one run, on the live model of Jobs (not on status)."""
-    active = _live(owned, decision, JobState.ACTIVE)
+    """Apply the concurrency policy to one run, on the live model of Jobs (not on status). A run
+    waiting for its next attempt counts as active: Forbid waits for it, Replace ends it."""
+    doomed = {deletion.uid for deletion in decision.deletions}
+    active = _live(owned, decision, JobState.ACTIVE) + [
+        job for job in waiting if job.uid not in doomed
+    ]
     if not active:
         return True
     if spec.concurrency_policy is ConcurrencyPolicy.FORBID:
@@ -390,6 +529,7 @@ def _handle_run_now(
     sj: ScheduledJobView,
     spec: Spec,
     owned: Sequence[JobInfo],
+    waiting: Sequence[JobInfo],
     taken: frozenset[str],
     now: datetime,
     decision: Decision,
@@ -415,18 +555,47 @@ def _handle_run_now(
             )
         )
         return
-    if _admit(spec, owned, decision, now, TRIGGER_MANUAL):
+    if _admit(spec, owned, waiting, decision, now, TRIGGER_MANUAL):
         decision.runs.append(run)
 
 
-def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decision) -> None:
-    """Keep the newest finished Jobs by completion time (falling back to start time)."""
+def _plan_history_cleanup(
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    runs: dict[str, Run],
+    outcomes: dict[str, RunOutcome],
+    now: datetime,
+    decision: Decision,
+) -> None:
+    """Keep the newest finished Jobs by completion time (falling back to start time). The
+    attempts of a run still going on are not history yet; a dead letter is kept until its
+    retention passes, whatever the limits."""
+    kept = {
+        job.uid
+        for name, outcome in outcomes.items()
+        if outcome in ONGOING
+        for job in runs[name].attempts
+    }
+    if spec.retry is not None:
+        retention = timedelta(seconds=spec.retry.dead_letter_retention_seconds)
+        for name, outcome in outcomes.items():
+            latest = runs[name].latest
+            if outcome is not RunOutcome.DEAD_LETTERED:
+                continue
+            kept.add(latest.uid)
+            expires = (latest.finished_at or now) + retention
+            if expires <= now:
+                decision.deletions.append(
+                    PlannedDeletion(latest.name, latest.uid, DeletionReason.DEAD_LETTER_EXPIRED)
+                )
+            else:
+                decision.wake_at = _earliest(decision.wake_at, expires)
     limits = {
         JobState.SUCCEEDED: spec.successful_jobs_history_limit,
         JobState.FAILED: spec.failed_jobs_history_limit,
     }
     for state, limit in limits.items():
-        finished = _live(owned, decision, state)
+        finished = [job for job in _live(owned, decision, state) if job.uid not in kept]
         finished.sort(key=lambda job: (job.history_time or _THE_BEGINNING, job.name))
         excess = finished[: max(0, len(finished) - limit)]
         decision.deletions += [
@@ -434,10 +603,17 @@ def _plan_history_cleanup(spec: Spec, owned: Sequence[JobInfo], decision: Decisi
         ]
 
 
-def _plan_releases(sj: ScheduledJobView, jobs: Sequence[JobInfo], decision: Decision) -> None:
+def _plan_releases(
+    sj: ScheduledJobView,
+    jobs: Sequence[JobInfo],
+    decision: Decision,
+    ongoing: frozenset[str] = frozenset(),
+) -> None:
     """The slot-record finalizer of a Job goes once nothing can run its slot again: its run is
     recorded in the status as persisted (what this decision read, not what it will write), or
-    the Job is not a run of this ScheduledJob at all (the finalizer is never ours to keep then)."""
+    the Job is not a run of this ScheduledJob at all (the finalizer is never ours to keep then).
+    With retries, the attempts of a run that has not ended (`ongoing`) stay held: the next
+    attempt is decided from them."""
     processed = parse_time(sj.status.get("processedUntil"))
     acknowledged = sj.status.get("runNowToken")
     requested = sj.annotations.get(ANNOTATION_RUN_NOW)
@@ -446,6 +622,8 @@ def _plan_releases(sj: ScheduledJobView, jobs: Sequence[JobInfo], decision: Deci
             continue
         if not job.trusted or job.owner_uid != sj.uid:
             recorded = True
+        elif job.run_name in ongoing:
+            recorded = False
         elif job.trigger == TRIGGER_MANUAL:
             # A token no longer requested is never run again; the current one once acknowledged.
             recorded = job.run_now_token in (acknowledged, None) or job.run_now_token != requested
@@ -459,6 +637,8 @@ def _write_status(
     sj: ScheduledJobView,
     spec: Spec,
     owned: Sequence[JobInfo],
+    runs: dict[str, Run],
+    outcomes: dict[str, RunOutcome],
     status: dict[str, Any],
     cursor: datetime | None,
     now: datetime,
@@ -489,12 +669,20 @@ def _write_status(
         status["lastSuccessfulTime"] = format_time(last_success)
     next_slot = None if spec.suspend else _next_slot(spec, cursor, now)
     status["nextScheduleTime"] = format_time(next_slot) if next_slot else None
-    status["runsCreated"] = int(status.get("runsCreated", 0)) + len(decision.runs) + len(recorded)
+    first_attempts = [run for run in [*decision.runs, *recorded] if run.attempt == 1]
+    status["runsCreated"] = int(status.get("runsCreated", 0)) + len(first_attempts)
     skipped = dict(status.get("slotsSkipped") or {})
     for skip in decision.skips:
         skipped[skip.reason.value] = int(skipped.get(skip.reason.value, 0)) + skip.count
     status["slotsSkipped"] = skipped
-    status["recentRuns"] = _recent_runs(status.get("recentRuns") or [], owned, decision, now)
+    status["recentRuns"] = _recent_runs(
+        status.get("recentRuns") or [], runs, outcomes, spec.retry, decision, now
+    )
+    dead_letters = _dead_letters(runs, outcomes)
+    if dead_letters:
+        status["deadLetters"] = dead_letters
+    else:
+        status.pop("deadLetters", None)
     status["observedGeneration"] = sj.generation
     status["conditions"] = _conditions(sj, spec, owned, status, cursor, now)
 
@@ -504,34 +692,97 @@ def _times(text: str | None) -> list[datetime]:
     return [parsed] if parsed else []
 
 
+# What recentRuns says of a run, by its outcome.
+_RESULTS = {
+    RunOutcome.ACTIVE: "Active",
+    RunOutcome.SUCCEEDED: "Succeeded",
+    RunOutcome.FAILED: "Failed",
+    RunOutcome.RETRYING: "Retrying",
+    RunOutcome.EXHAUSTED: "DeadLettered",
+    RunOutcome.DEAD_LETTERED: "DeadLettered",
+    RunOutcome.CANCELLED: "Deleted",
+}
+_UNFINISHED = frozenset({"Active", "Retrying"})
+
+
 def _recent_runs(
-    previous: list[dict[str, Any]], owned: Sequence[JobInfo], decision: Decision, now: datetime
+    previous: list[dict[str, Any]],
+    runs: dict[str, Run],
+    outcomes: dict[str, RunOutcome],
+    retry: RetryPolicy | None,
+    decision: Decision,
+    now: datetime,
 ) -> list[dict[str, Any]]:
-    by_name = {job.name: job for job in owned}
-    runs = []
+    """The last runs, oldest first, each with its current attempt and result. A run that needed
+    more than one attempt and then succeeded gets a RunSucceeded Event, once: when its entry
+    turns from unfinished to Succeeded."""
+    entries = []
     for entry in previous:
         entry = dict(entry)
-        job = by_name.get(entry.get("job", ""))
-        if job is not None and job.finished:
-            entry["result"] = job.state.value
-            if job.finished_at:
-                entry["finishedAt"] = format_time(job.finished_at)
-        elif job is None and entry.get("result") == JobState.ACTIVE.value:
+        name = entry.get("run") or entry.get("job", "")
+        run = runs.get(name)
+        if run is not None and outcomes[name] is RunOutcome.SUPERSEDED:
+            pass  # its later attempts are gone: the entry keeps what it said of them
+        elif run is not None:
+            latest = run.latest
+            result = _RESULTS[outcomes[name]]
+            if result == "Succeeded" and entry.get("result") in _UNFINISHED and latest.attempt > 1:
+                decision.events.append(
+                    EventRecord(
+                        EventType.NORMAL,
+                        "RunSucceeded",
+                        f"run {name} succeeded at attempt {latest.attempt}",
+                    )
+                )
+            entry["result"] = result
+            entry["job"] = latest.name
+            if retry is not None:
+                entry.update(run=name, attempts=latest.attempt)
+            if latest.finished and latest.finished_at:
+                entry["finishedAt"] = format_time(latest.finished_at)
+        elif entry.get("result") in _UNFINISHED:
             entry["result"] = "Deleted"
-        runs.append(entry)
+        entries.append(entry)
+    by_run = {entry.get("run") or entry.get("job"): entry for entry in entries}
     new = [(run, now) for run in decision.runs]
     new += [(run, job.created_at or now) for run, job in decision.recorded]
-    for run, created in sorted(new, key=lambda pair: pair[0].slot):
-        runs.append(
-            {
-                "slot": format_time(run.slot),
-                "job": run.job_name,
-                "trigger": run.trigger,
-                "result": JobState.ACTIVE.value,
-                "lagSeconds": round((created - run.slot).total_seconds(), 3),
-            }
-        )
-    return runs[-RECENT_RUNS:]
+    for planned, created in sorted(new, key=lambda pair: pair[0].slot):
+        listed = by_run.get(planned.run_name)
+        if listed is not None and planned.attempt > 1:  # the next attempt of a listed run
+            listed.update(job=planned.job_name, attempts=planned.attempt, result="Active")
+            listed.pop("finishedAt", None)
+            continue
+        entry = {
+            "slot": format_time(planned.slot),
+            "job": planned.job_name,
+            "trigger": planned.trigger,
+            "result": "Active",
+            "lagSeconds": round((created - planned.slot).total_seconds(), 3),
+        }
+        if retry is not None:
+            entry.update(run=planned.run_name, attempts=planned.attempt)
+        entries.append(entry)
+    return entries[-RECENT_RUNS:]
+
+
+def _dead_letters(runs: dict[str, Run], outcomes: dict[str, RunOutcome]) -> list[dict[str, Any]]:
+    letters = []
+    for name, outcome in outcomes.items():
+        latest = runs[name].latest
+        if outcome not in (RunOutcome.EXHAUSTED, RunOutcome.DEAD_LETTERED) or latest.slot is None:
+            continue
+        letter: dict[str, Any] = {
+            "run": name,
+            "job": latest.name,
+            "slot": format_time(latest.slot),
+            "attempts": latest.attempt,
+            "reason": _dead_letter_reason(latest),
+        }
+        if latest.finished_at:
+            letter["failedAt"] = format_time(latest.finished_at)
+        letters.append(letter)
+    letters.sort(key=lambda letter: (letter.get("failedAt", ""), letter["run"]))
+    return letters[-DEAD_LETTERS:]
 
 
 def _conditions(

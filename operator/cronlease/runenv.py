@@ -49,7 +49,7 @@ def idempotency_key(namespace: str, name: str, run: PlannedRun) -> str:
 def run_annotations(namespace: str, name: str, run: PlannedRun, attempt: int = 1) -> dict[str, str]:
     return {
         ANNOTATION_SCHEDULED_AT: format_time(run.slot),
-        ANNOTATION_RUN: run.job_name,
+        ANNOTATION_RUN: run.run_name,
         ANNOTATION_ATTEMPT: str(attempt),
         ANNOTATION_TRIGGER: run.trigger,
         ANNOTATION_IDEMPOTENCY_KEY: idempotency_key(namespace, name, run),

@@ -25,6 +25,31 @@ class ConcurrencyPolicy(enum.StrEnum):
     REPLACE = "Replace"
 
 
+# Bounds of spec.retry and spec.deadLetter; the CRD's schema says the same at apply.
+MAX_ATTEMPTS = 10
+MAX_BACKOFF_SECONDS = 86_400
+MAX_FACTOR = 10.0
+MAX_RETENTION_SECONDS = 31_536_000
+DEFAULT_RETENTION_SECONDS = 7 * 86_400
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """spec.retry: attempts beyond the Job's own pod retries, with a growing delay between."""
+
+    max_attempts: int = 1
+    initial_seconds: float = 10.0
+    factor: float = 2.0
+    max_seconds: float = 3600.0
+    # How long a dead letter (a run's last attempt, all attempts failed) is kept.
+    dead_letter_retention_seconds: int = DEFAULT_RETENTION_SECONDS
+
+    def delay(self, failed_attempt: int) -> float:
+        """Seconds between the end of `failed_attempt` and the start of the next one."""
+        exponent = min(failed_attempt - 1, 64)  # far beyond any max; no float overflow
+        return min(self.max_seconds, self.initial_seconds * self.factor**exponent)
+
+
 class SpecError(ValueError):
     """A spec the operator cannot act on; the message names the field."""
 
@@ -39,6 +64,8 @@ class Spec:
     successful_jobs_history_limit: int
     failed_jobs_history_limit: int
     job_template: dict[str, Any]
+    # None: no retries and no dead letters (a failed run is history, as with CronJob).
+    retry: RetryPolicy | None = None
 
     @property
     def trigger_key(self) -> str:
@@ -96,7 +123,58 @@ def parse_spec(name: str, raw: dict[str, Any]) -> Spec:
         successful_jobs_history_limit=_count(raw, "successfulJobsHistoryLimit", 3) or 0,
         failed_jobs_history_limit=_count(raw, "failedJobsHistoryLimit", 1) or 0,
         job_template=template,
+        retry=_retry(raw),
     )
+
+
+def _retry(raw: dict[str, Any]) -> RetryPolicy | None:
+    retry, dead_letter = raw.get("retry"), raw.get("deadLetter")
+    if retry is None and dead_letter is None:
+        return None
+    retry = _section(retry, "retry")
+    backoff = _section(retry.get("backoff"), "retry.backoff")
+    dead_letter = _section(dead_letter, "deadLetter")
+    default = RetryPolicy()
+    return RetryPolicy(
+        max_attempts=int(
+            _bounded(retry, "retry.maxAttempts", default.max_attempts, 1, MAX_ATTEMPTS)
+        ),
+        initial_seconds=_bounded(
+            backoff, "retry.backoff.initialSeconds", default.initial_seconds, 0, MAX_BACKOFF_SECONDS
+        ),
+        factor=_bounded(backoff, "retry.backoff.factor", default.factor, 1, MAX_FACTOR),
+        max_seconds=_bounded(
+            backoff, "retry.backoff.maxSeconds", default.max_seconds, 0, MAX_BACKOFF_SECONDS
+        ),
+        dead_letter_retention_seconds=int(
+            _bounded(
+                dead_letter,
+                "deadLetter.retentionSeconds",
+                default.dead_letter_retention_seconds,
+                0,
+                MAX_RETENTION_SECONDS,
+            )
+        ),
+    )
+
+
+def _section(value: object, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"spec.{field}: must be an object, not {value!r}")
+    return value
+
+
+def _bounded(section: dict[str, Any], field: str, default: float, low: float, high: float) -> float:
+    """A number in [low, high]; whole numbers only where the default is whole."""
+    value = section.get(field.rsplit(".", 1)[-1], default)
+    whole = isinstance(default, int)
+    valid_type = isinstance(value, int) if whole else isinstance(value, int | float)
+    if isinstance(value, bool) or not valid_type or not low <= value <= high:
+        kind = "an integer" if whole else "a number"
+        raise SpecError(f"spec.{field}: must be {kind} from {low:g} to {high:g}, not {value!r}")
+    return float(value) if not whole else value
 
 
 def _count(raw: dict[str, Any], field: str, default: int | None) -> int | None:

@@ -130,6 +130,11 @@ def job(
     trusted: bool = True,
     held: bool = False,
     run_now_token: str | None = None,
+    run: str = "",
+    attempt: int = 1,
+    dead_letter: bool = False,
+    failure_reason: str = "",
+    retried: bool = False,
 ) -> JobInfo:
     return JobInfo(
         name=name,
@@ -146,6 +151,11 @@ def job(
         trusted=trusted,
         held=held,
         run_now_token=run_now_token,
+        run=run,
+        attempt=attempt,
+        dead_letter=dead_letter,
+        failure_reason=failure_reason,
+        retried=retried,
     )
 
 
@@ -181,6 +191,8 @@ def created_jobs(decision: Decision, *, with_uids: bool = True) -> list[JobInfo]
             trigger=TRIGGER_MANUAL if run.run_now_token else run.trigger,
             created_at=run.slot,
             run_now_token=run.run_now_token,
+            run=run.run,
+            attempt=run.attempt,
         )
         for run in decision.runs
     ]

@@ -109,7 +109,7 @@ def test_defaults_and_bounds(schema: dict[str, Any]) -> None:
     assert spec["runAt"]["format"] == "date-time"
     for path, prop in walk(schema, ""):
         if prop.get("type") == "integer":
-            assert prop.get("minimum") == 0, path
+            assert prop.get("minimum") in (0, 1), path  # bounded below, never negative
     assert spec["startingDeadlineSeconds"]["maximum"] == 31536000
     assert spec["successfulJobsHistoryLimit"]["maximum"] == 100
     assert spec["failedJobsHistoryLimit"]["maximum"] == 100
@@ -149,7 +149,14 @@ def test_status(schema: dict[str, Any]) -> None:
     assert status["recentRuns"]["maxItems"] == 10
     run = status["recentRuns"]["items"]["properties"]
     assert run["trigger"]["enum"] == ["Schedule", "Manual"]
-    assert run["result"]["enum"] == ["Active", "Succeeded", "Failed", "Deleted"]
+    assert run["result"]["enum"] == [
+        "Active",
+        "Succeeded",
+        "Failed",
+        "Deleted",
+        "Retrying",
+        "DeadLettered",
+    ]
     assert status["slotsSkipped"]["additionalProperties"]["format"] == "int64"
     for name in ("lastScheduleTime", "lastSuccessfulTime", "nextScheduleTime", "processedUntil"):
         assert status[name]["format"] == "date-time"

@@ -2,13 +2,15 @@
 
 Hypothesis drives one ScheduledJob through any interleaving of time passing, decisions (on a
 current or a lagging model), creates and status writes whose responses are lost or refused,
-deletions by TTL, by users and by history cleanup, orphaning, corrupted annotations and labels,
-leader crashes and handovers, and host clock jumps. After every step:
-- no slot ever had two Jobs: no Job name was stored twice in the server's whole history;
+Jobs succeeding and failing (with retries, or without), deletions by TTL, by users and by
+history cleanup, orphaning, corrupted annotations and labels, leader crashes and handovers, and
+host clock jumps. After every step:
+- no slot ever had two Jobs, and no attempt two: no Job name was stored twice in the server's
+  whole history, and no run has more attempts than spec.retry allows;
 - the status accounts for every slot up to its cursor exactly once: runs + skips = slots, where
   the slots are counted by arithmetic on the schedule (every 10 s), not by the operator's cron.
-At the end, with the faults gone, no Job still holds the slot-record finalizer for a recorded
-slot: nothing is left that would block a namespace deletion.
+At the end, with the faults gone and every run let finish, no Job still holds the slot-record
+finalizer for a recorded slot: nothing is left that would block a namespace deletion.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ from cronlease.leadership import SoleLeader
 from cronlease.naming import (
     ANNOTATION_SCHEDULED_AT,
     FINALIZER_SLOT_RECORD,
+    LABEL_ATTEMPT,
+    LABEL_RUN,
     LABEL_SCHEDULEDJOB,
+    format_time,
     parse_time,
 )
 
@@ -47,6 +52,11 @@ SCHEDULE = "*/10 * * * * *"
 STATUS_PATH = r"/status$"
 JOB_CREATE = r"/jobs$"
 COMPLETE = {"conditions": [{"type": "Complete", "status": "True"}]}
+
+
+def failed(now: datetime, reason: str) -> dict[str, Any]:
+    condition = {"type": "Failed", "status": "True", "reason": reason}
+    return {"conditions": [{**condition, "lastTransitionTime": format_time(now)}]}
 
 
 def slots_until(created: datetime, until: datetime) -> int:
@@ -79,12 +89,24 @@ class History(RuleBasedStateMachine):
         history_limit=st.integers(0, 2),
         policy=st.sampled_from(["Allow", "Forbid", "Replace"]),
         deadline=st.sampled_from([None, None, None, 60, 5, 0]),
-        ttl=st.sampled_from([None, 0]),
+        ttl=st.sampled_from([None, None, 0]),
+        attempts=st.sampled_from([3, 2, None, 1]),
+        delay=st.sampled_from([0, 5, 20]),
     )
     def create(
-        self, history_limit: int, policy: str, deadline: int | None, ttl: int | None
+        self,
+        history_limit: int,
+        policy: str,
+        deadline: int | None,
+        ttl: int | None,
+        attempts: int | None,
+        delay: int,
     ) -> None:
         self.ttl = ttl
+        self.attempts = attempts
+        retry = (
+            {"maxAttempts": attempts, "backoff": {"initialSeconds": delay}} if attempts else None
+        )
         self.shell.create(
             NAME,
             schedule=SCHEDULE,
@@ -92,6 +114,7 @@ class History(RuleBasedStateMachine):
             failedJobsHistoryLimit=history_limit,
             concurrencyPolicy=policy,
             startingDeadlineSeconds=deadline,
+            retry=retry,
         )
         self.created = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)["metadata"]
         self.fed = len(self.server.history)
@@ -159,8 +182,21 @@ class History(RuleBasedStateMachine):
     def a_job_finishes(self, data: st.DataObject) -> None:
         job = data.draw(st.sampled_from(self.jobs()))
         name = job["metadata"]["name"]
+        if job.get("status", {}).get("conditions"):
+            return  # finished already: a Job's end is final
         self.server.edit(*JOBS, NAMESPACE, name, {"status": COMPLETE})
         if self.ttl == 0:  # the TTL controller, at once
+            self.server.remove(*JOBS, NAMESPACE, name)
+
+    @precondition(lambda self: bool(self.jobs()))
+    @rule(data=st.data(), reason=st.sampled_from(["BackoffLimitExceeded", "PodFailurePolicy"]))
+    def a_job_fails(self, data: st.DataObject, reason: str) -> None:
+        job = data.draw(st.sampled_from(self.jobs()))
+        name = job["metadata"]["name"]
+        if job.get("status", {}).get("conditions"):
+            return  # finished already: a Job's end is final
+        self.server.edit(*JOBS, NAMESPACE, name, {"status": failed(self.now, reason)})
+        if self.ttl == 0:
             self.server.remove(*JOBS, NAMESPACE, name)
 
     @precondition(lambda self: bool(self.jobs()))
@@ -208,6 +244,17 @@ class History(RuleBasedStateMachine):
         assert len(names) == len(set(names)), sorted(names)
 
     @invariant()
+    def no_run_has_more_attempts_than_allowed(self) -> None:
+        attempts: dict[str, set[str]] = {}
+        for _, change in self.server.history:
+            if change.resource == JOBS and change.event_type == "ADDED":
+                labels = change.obj["metadata"].get("labels") or {}
+                run = labels.get(LABEL_RUN, change.obj["metadata"]["name"])
+                attempts.setdefault(run, set()).add(labels.get(LABEL_ATTEMPT, "1"))
+        for run, numbers in attempts.items():
+            assert len(numbers) <= (self.attempts or 1), (run, sorted(numbers))
+
+    @invariant()
     def every_slot_up_to_the_cursor_is_accounted_for_once(self) -> None:
         obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)
         status = (obj or {}).get("status") or {}
@@ -224,9 +271,20 @@ class History(RuleBasedStateMachine):
         try:
             if hasattr(self, "created"):
                 self.server.faults.clear()
-                for _ in range(2):
+                # Every run is let finish: whatever is active succeeds, attempts still due are
+                # made (time passes beyond any delay) and succeed, until nothing is left to do;
+                # the last rounds make no new slot due, only end the runs and release them.
+                for round_ in range(6):
                     self.sync()
                     self.reconcile()
+                    self.sync()
+                    for job in self.jobs():
+                        if not job.get("status", {}).get("conditions"):
+                            name = job["metadata"]["name"]
+                            self.server.edit(*JOBS, NAMESPACE, name, {"status": COMPLETE})
+                    if round_ < 3:
+                        self.now += timedelta(seconds=30)
+                        self.shell.now = self.now
                 self.sync()
                 self.nothing_recorded_is_held()
         finally:
