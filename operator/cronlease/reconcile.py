@@ -844,22 +844,24 @@ def _conditions(
 def _one_off_outcome(
     spec: Spec, owned: Sequence[JobInfo], status: dict[str, Any], cursor: datetime | None
 ) -> str | None:
-    """Why a one-off is over (RunSucceeded, RunFailed, Skipped), or None while it is not."""
+    """Why a one-off is over (RunSucceeded, RunFailed, RunDeadLettered, Skipped, ...), or None
+    while it is not (its Job runs, or, with retries, another attempt may come)."""
     assert spec.run_at is not None
     if cursor is None or cursor < spec.run_at:
         return None
-    runs = [job for job in owned if job.slot == spec.run_at]
-    if not runs:
-        recorded = [
-            r for r in status.get("recentRuns") or [] if r.get("slot") == format_time(spec.run_at)
-        ]
-        if recorded and recorded[-1].get("result") == JobState.ACTIVE.value:
+    runs = runs_of(job for job in owned if job.slot == spec.run_at)
+    outcomes = [run.outcome(spec.retry) for run in runs.values()]
+    known = [outcome for outcome in outcomes if outcome is not RunOutcome.SUPERSEDED]
+    if known:
+        if any(outcome in ONGOING for outcome in known):
             return None
-        return f"Run{recorded[-1]['result']}" if recorded else "Skipped"
-    job = runs[-1]
-    if job.state is JobState.ACTIVE:
+        return f"Run{_RESULTS[known[-1]]}"
+    recorded = [
+        r for r in status.get("recentRuns") or [] if r.get("slot") == format_time(spec.run_at)
+    ]
+    if recorded and recorded[-1].get("result") in _UNFINISHED:
         return None
-    return f"Run{job.state.value}"
+    return f"Run{recorded[-1]['result']}" if recorded else "Skipped"
 
 
 def _next_slot(spec: Spec, cursor: datetime | None, now: datetime) -> datetime | None:

@@ -18,10 +18,12 @@ from builders import (
     NAME,
     NAMESPACE,
     after_apply,
+    condition,
     event_reasons,
     job,
     names,
     processed,
+    run_at_spec,
     skip_counts,
     spec,
     utc,
@@ -353,3 +355,20 @@ async def test_an_attempt_deleted_while_it_runs_ends_its_run_and_is_never_made_a
     created = shell.created_jobs()
     assert len(created) == len(set(created)) == 2, created
     assert shell.server.get(*JOBS, NAMESPACE, second) is None  # released, then gone
+
+
+def test_a_one_off_with_retries_is_complete_only_when_its_run_has_ended() -> None:
+    raw = run_at_spec(SLOT, retry=RETRY)
+    one_off = view(raw, status=processed(raw, SLOT))
+
+    def completed(jobs: list[JobInfo], now: datetime) -> tuple[str, str]:
+        found = condition(decide(one_off, jobs, now).status, "Completed")
+        return found["status"], found["reason"]
+
+    failed = attempt(1, JobState.FAILED, at(1))
+    assert completed([failed], at(1, 5)) == ("False", "Pending")  # another attempt comes
+    second = attempt(2, JobState.SUCCEEDED, at(3))
+    assert completed([failed, second], at(4)) == ("True", "RunSucceeded")
+    letter = attempt(3, JobState.FAILED, at(5), dead_letter=True)
+    marked = [attempt(n, JobState.FAILED, at(n), retried=True) for n in (1, 2)]
+    assert completed([*marked, letter], at(6)) == ("True", "RunDeadLettered")
