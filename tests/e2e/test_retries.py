@@ -35,7 +35,7 @@ def ended(job: dict[str, Any]) -> str | None:
 def test_a_run_that_fails_twice_succeeds_on_its_third_attempt(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
-    kube.apply(one_off("flaky", namespace, fail_attempts=[1, 2]))
+    kube.apply(one_off("flaky", namespace, fail_attempts=[1, 2], failedJobsHistoryLimit=3))
     jobs = wait_for(
         lambda: (
             (found := attempts(kube, namespace, "flaky")).get(3)
@@ -102,7 +102,8 @@ def test_a_run_whose_attempts_all_fail_is_kept_as_a_dead_letter(
         "AttemptsExhausted",
     )
     assert "DeadLettered" in {event["reason"] for event in events_of(kube, namespace, "doomed")}
-    # History limit 0 removes the earlier attempts; the dead letter stays, released.
+    # History limit 0 removes the earlier attempts; the dead letter stays, held until its
+    # retention passes (no TTL can take it sooner; deleting the ScheduledJob releases it).
     wait_for(
         lambda: (
             [job["metadata"]["name"] for job in jobs_of(kube, namespace, "doomed")]
@@ -113,7 +114,11 @@ def test_a_run_whose_attempts_all_fail_is_kept_as_a_dead_letter(
     )
     kept = kube.get("job", letter["metadata"]["name"], namespace)
     assert kept is not None
-    assert not kept["metadata"].get("finalizers")
+    assert kept["metadata"].get("finalizers") == ["cronlease.io/slot-record"]
+    kube.run("delete", "scheduledjob", "doomed", "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: not jobs_of(kube, namespace, "doomed"), 20, "the dead letter released and gone"
+    )
 
 
 def test_a_failure_the_pod_failure_policy_calls_final_is_not_retried(
