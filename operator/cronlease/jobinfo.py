@@ -17,6 +17,7 @@ from cronlease import GROUP, KIND
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
+    ANNOTATION_MAX_ATTEMPTS,
     ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
@@ -64,6 +65,7 @@ class JobInfo:
     attempt: int = 1
     dead_letter: bool = False  # labelled cronlease.io/dead-letter=true
     retried: bool = False  # labelled cronlease.io/retried=true: a later attempt was made
+    max_attempts: int = 0  # the retry policy its run began under (0: none)
     failure_reason: str = ""  # the Failed condition's reason
 
     @property
@@ -172,5 +174,6 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         attempt=attempt or 1,
         dead_letter=labels.get(LABEL_DEAD_LETTER) == "true",
         retried=labels.get(LABEL_RETRIED) == "true",
+        max_attempts=_token(annotations.get(ANNOTATION_MAX_ATTEMPTS)) or 0,
         failure_reason=failure_reason,
     )

@@ -10,6 +10,7 @@ from cronlease import GROUP, KIND, VERSION
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
+    ANNOTATION_MAX_ATTEMPTS,
     ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
@@ -29,13 +30,13 @@ def build_job(
     template = copy.deepcopy(sj.spec.get("jobTemplate") or {})
     metadata = template.get("metadata") or {}
     labels = {
-        **(metadata.get("labels") or {}),
+        **_theirs(metadata.get("labels")),
         LABEL_SCHEDULEDJOB: sj.name,
         LABEL_RUN: run.run_name,
         LABEL_ATTEMPT: str(run.attempt),
     }
     annotations = {
-        **(metadata.get("annotations") or {}),
+        **_theirs(metadata.get("annotations")),
         ANNOTATION_SCHEDULED_AT: format_time(run.slot),
         ANNOTATION_TRIGGER: run.trigger,
         ANNOTATION_LEADER: leader,
@@ -43,6 +44,8 @@ def build_job(
     }
     if run.run_now_token is not None:
         annotations[ANNOTATION_RUN_NOW] = run.run_now_token
+    if run.max_attempts:
+        annotations[ANNOTATION_MAX_ATTEMPTS] = str(run.max_attempts)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -67,3 +70,12 @@ def build_job(
             template.get("spec") or {}, run_annotations(sj.namespace, sj.name, run, run.attempt)
         ),
     }
+
+
+def _theirs(entries: object) -> dict[str, Any]:
+    """The template's labels or annotations without any of cronlease's own (cronlease.io/...):
+    those say what the operator made of a Job (retried, a dead letter, its run), and a template
+    must not decide that for every Job it makes."""
+    if not isinstance(entries, dict):
+        return {}
+    return {key: value for key, value in entries.items() if not str(key).startswith(f"{GROUP}/")}

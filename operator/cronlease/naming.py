@@ -26,6 +26,8 @@ LABEL_DEAD_LETTER = f"{GROUP}/dead-letter"
 # An attempt whose next attempt was created: never retried again, whatever becomes of the later
 # attempts (history cleanup, a user's deletion).
 LABEL_RETRIED = f"{GROUP}/retried"
+# spec.retry.maxAttempts when the run began, on each of its attempts (absent: no retries).
+ANNOTATION_MAX_ATTEMPTS = f"{GROUP}/max-attempts"
 # Held on a Job from its creation until its slot is recorded in its ScheduledJob's status, so the
 # Job cannot vanish (TTL, a user, history cleanup) while nothing durable says the slot ran
 # (docs/design-notes.md, item 21).

@@ -129,6 +129,9 @@ class PlannedRun:
     run_now_token: str | None = None
     attempt: int = 1
     run: str = ""  # the run this is an attempt of; the Job's own name for a first attempt
+    # spec.retry.maxAttempts when the run began (0: no retries): a run keeps the policy it began
+    # under, so turning retries on never retries runs from before.
+    max_attempts: int = 0
 
     @property
     def run_name(self) -> str:
@@ -223,20 +226,23 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     outcomes = {name: run.outcome(spec.retry) for name, run in runs.items()}
     # A run waiting for its next attempt is active for the concurrency policy.
     waiting = [runs[name].latest for name, o in outcomes.items() if o is RunOutcome.RETRYING]
-    _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
 
     due, uncounted = _due_slots(spec, cursor, now)
     if due:
         _handle_due_slots(sj, spec, owned, waiting, taken, due, uncounted, now, decision)
         cursor = due[-1]
     _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
-    _plan_history_cleanup(spec, owned, runs, outcomes, now, decision)
+    # After the new runs: a run that Replace has just ended gets no next attempt.
+    _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
+    kept_held = _plan_history_cleanup(spec, owned, runs, outcomes, now, decision)
+    # Held until the run has ended and its retried attempts are marked so (whatever the spec
+    # says now: a run from before retry was turned off still has attempts to mark).
     ongoing = frozenset(
         name
         for name, outcome in outcomes.items()
-        if spec.retry and (outcome in ONGOING or runs[name].unmarked)
+        if (spec.retry and outcome in ONGOING) or runs[name].unmarked
     )
-    _plan_releases(sj, jobs, decision, ongoing)
+    _plan_releases(sj, jobs, decision, ongoing, kept_held)
     _write_status(sj, spec, owned, runs, outcomes, status, cursor, now, decision)
     decision.status = status
     if not spec.suspend:
@@ -325,14 +331,16 @@ def _plan_attempts(
 ) -> None:
     """The next attempt of each failed run whose delay has passed; a dead letter for each run
     with no attempt left. A suspended ScheduledJob starts no attempt (its runs wait)."""
+    doomed = {deletion.uid for deletion in decision.deletions}
+    for run in runs.values():
+        decision.labels += [PlannedLabel(job.name, job.uid, LABEL_RETRIED) for job in run.unmarked]
     retry = spec.retry
     if retry is None:
         return
     for name, outcome in sorted(outcomes.items()):
         latest = runs[name].latest
-        decision.labels += [
-            PlannedLabel(job.name, job.uid, LABEL_RETRIED) for job in runs[name].unmarked
-        ]
+        if latest.uid in doomed:  # ended by Replace in this decision
+            continue
         if outcome is RunOutcome.EXHAUSTED:
             decision.labels.append(PlannedLabel(latest.name, latest.uid, LABEL_DEAD_LETTER))
             why = _dead_letter_reason(latest)
@@ -368,7 +376,13 @@ def _plan_attempts(
             continue
         decision.runs.append(
             PlannedRun(
-                job_name, latest.slot, latest.trigger, latest.run_now_token, attempt, run=name
+                job_name,
+                latest.slot,
+                latest.trigger,
+                latest.run_now_token,
+                attempt,
+                run=name,
+                max_attempts=latest.max_attempts,
             )
         )
         decision.events.append(
@@ -379,6 +393,10 @@ def _plan_attempts(
                 f"(attempt {latest.attempt} failed)",
             )
         )
+
+
+def _max_attempts(spec: Spec) -> int:
+    return spec.retry.max_attempts if spec.retry else 0
 
 
 def _dead_letter_reason(job: JobInfo) -> str:
@@ -419,7 +437,8 @@ def _handle_due_slots(
     with_seconds = spec.schedule.has_seconds if spec.schedule else True
 
     def planned(slot: datetime) -> PlannedRun:
-        return PlannedRun(scheduled_job_name(sj.name, slot, with_seconds), slot, TRIGGER_SCHEDULE)
+        name = scheduled_job_name(sj.name, slot, with_seconds)
+        return PlannedRun(name, slot, TRIGGER_SCHEDULE, max_attempts=_max_attempts(spec))
 
     # A slot that already has a Job ran, whatever the policy says now (its record was lost with
     # a crash or a lost response): it is recorded as a run and never counted as skipped.
@@ -543,7 +562,8 @@ def _handle_run_now(
         decision.wake_at = now  # one run per decision; the request is handled right after
         return
     status["runNowToken"] = token
-    run = PlannedRun(manual_job_name(sj.name, token), now, TRIGGER_MANUAL, token)
+    name = manual_job_name(sj.name, token)
+    run = PlannedRun(name, now, TRIGGER_MANUAL, token, max_attempts=_max_attempts(spec))
     if _record_if_exists(decision, owned, run):
         return
     if run.job_name in taken:
@@ -566,16 +586,18 @@ def _plan_history_cleanup(
     outcomes: dict[str, RunOutcome],
     now: datetime,
     decision: Decision,
-) -> None:
+) -> frozenset[str]:
     """Keep the newest finished Jobs by completion time (falling back to start time). The
     attempts of a run still going on are not history yet; a dead letter is kept until its
-    retention passes, whatever the limits."""
+    retention passes, whatever the limits: held, so that no TTL takes it sooner. Returns the
+    uids of the dead letters so kept."""
     kept = {
         job.uid
         for name, outcome in outcomes.items()
         if outcome in ONGOING
         for job in runs[name].attempts
     }
+    letters: set[str] = set()
     if spec.retry is not None:
         retention = timedelta(seconds=spec.retry.dead_letter_retention_seconds)
         for name, outcome in outcomes.items():
@@ -589,6 +611,7 @@ def _plan_history_cleanup(
                     PlannedDeletion(latest.name, latest.uid, DeletionReason.DEAD_LETTER_EXPIRED)
                 )
             else:
+                letters.add(latest.uid)
                 decision.wake_at = _earliest(decision.wake_at, expires)
     limits = {
         JobState.SUCCEEDED: spec.successful_jobs_history_limit,
@@ -601,6 +624,7 @@ def _plan_history_cleanup(
         decision.deletions += [
             PlannedDeletion(job.name, job.uid, DeletionReason.HISTORY_LIMIT) for job in excess
         ]
+    return frozenset(letters)
 
 
 def _plan_releases(
@@ -608,6 +632,7 @@ def _plan_releases(
     jobs: Sequence[JobInfo],
     decision: Decision,
     ongoing: frozenset[str] = frozenset(),
+    kept_held: frozenset[str] = frozenset(),
 ) -> None:
     """The slot-record finalizer of a Job goes once nothing can run its slot again: its run is
     recorded in the status as persisted (what this decision read, not what it will write), or
@@ -622,7 +647,7 @@ def _plan_releases(
             continue
         if not job.trusted or job.owner_uid != sj.uid:
             recorded = True
-        elif job.run_name in ongoing:
+        elif job.run_name in ongoing or job.uid in kept_held:
             recorded = False
         elif job.trigger == TRIGGER_MANUAL:
             # A token no longer requested is never run again; the current one once acknowledged.
@@ -844,22 +869,24 @@ def _conditions(
 def _one_off_outcome(
     spec: Spec, owned: Sequence[JobInfo], status: dict[str, Any], cursor: datetime | None
 ) -> str | None:
-    """Why a one-off is over (RunSucceeded, RunFailed, Skipped), or None while it is not."""
+    """Why a one-off is over (RunSucceeded, RunFailed, RunDeadLettered, Skipped, ...), or None
+    while it is not (its Job runs, or, with retries, another attempt may come)."""
     assert spec.run_at is not None
     if cursor is None or cursor < spec.run_at:
         return None
-    runs = [job for job in owned if job.slot == spec.run_at]
-    if not runs:
-        recorded = [
-            r for r in status.get("recentRuns") or [] if r.get("slot") == format_time(spec.run_at)
-        ]
-        if recorded and recorded[-1].get("result") == JobState.ACTIVE.value:
+    runs = runs_of(job for job in owned if job.slot == spec.run_at)
+    outcomes = [run.outcome(spec.retry) for run in runs.values()]
+    known = [outcome for outcome in outcomes if outcome is not RunOutcome.SUPERSEDED]
+    if known:
+        if any(outcome in ONGOING for outcome in known):
             return None
-        return f"Run{recorded[-1]['result']}" if recorded else "Skipped"
-    job = runs[-1]
-    if job.state is JobState.ACTIVE:
+        return f"Run{_RESULTS[known[-1]]}"
+    recorded = [
+        r for r in status.get("recentRuns") or [] if r.get("slot") == format_time(spec.run_at)
+    ]
+    if recorded and recorded[-1].get("result") in _UNFINISHED:
         return None
-    return f"Run{job.state.value}"
+    return f"Run{recorded[-1]['result']}" if recorded else "Skipped"
 
 
 def _next_slot(spec: Spec, cursor: datetime | None, now: datetime) -> datetime | None:

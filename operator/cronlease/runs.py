@@ -60,7 +60,9 @@ class Run:
             return RunOutcome.ACTIVE
         if latest.state is JobState.SUCCEEDED:
             return RunOutcome.SUCCEEDED
-        if retry is None:
+        if retry is None or latest.max_attempts == 0:
+            # No retries now, or none when the run began: a failed run is history, never
+            # retried or dead-lettered after the fact.
             return RunOutcome.FAILED
         if latest.dead_letter:
             return RunOutcome.DEAD_LETTERED
@@ -70,7 +72,10 @@ class Run:
 
 
 def retryable(failed: JobInfo, retry: RetryPolicy) -> bool:
-    return failed.attempt < retry.max_attempts and failed.failure_reason != NOT_RETRYABLE
+    """Attempts left under the policy the run began with, and under today's (lowering
+    maxAttempts stops runs in flight; raising it does not extend them)."""
+    allowed = min(failed.max_attempts, retry.max_attempts)
+    return failed.attempt < allowed and failed.failure_reason != NOT_RETRYABLE
 
 
 def runs_of(jobs: Iterable[JobInfo]) -> dict[str, Run]:

@@ -135,6 +135,7 @@ def job(
     dead_letter: bool = False,
     failure_reason: str = "",
     retried: bool = False,
+    max_attempts: int = 0,
 ) -> JobInfo:
     return JobInfo(
         name=name,
@@ -156,6 +157,7 @@ def job(
         dead_letter=dead_letter,
         failure_reason=failure_reason,
         retried=retried,
+        max_attempts=max_attempts,
     )
 
 
@@ -193,6 +195,7 @@ def created_jobs(decision: Decision, *, with_uids: bool = True) -> list[JobInfo]
             run_now_token=run.run_now_token,
             run=run.run,
             attempt=run.attempt,
+            max_attempts=run.max_attempts,
         )
         for run in decision.runs
     ]

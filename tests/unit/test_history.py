@@ -37,9 +37,12 @@ from shell import Shell
 from cronlease.kube import JOBS, SCHEDULEDJOBS
 from cronlease.leadership import SoleLeader
 from cronlease.naming import (
+    ANNOTATION_MAX_ATTEMPTS,
     ANNOTATION_SCHEDULED_AT,
     FINALIZER_SLOT_RECORD,
     LABEL_ATTEMPT,
+    LABEL_DEAD_LETTER,
+    LABEL_RETRIED,
     LABEL_RUN,
     LABEL_SCHEDULEDJOB,
     format_time,
@@ -287,11 +290,28 @@ class History(RuleBasedStateMachine):
                         self.shell.now = self.now
                 self.sync()
                 self.nothing_recorded_is_held()
+                self.no_attempt_was_lost()
         finally:
             for shell in self.shells:
                 self.run(shell.applier.drain())
                 Shell.made.remove(shell)
             self.loop.close()
+
+    def no_attempt_was_lost(self) -> None:
+        """Every failed attempt with attempts left was retried (and marked so), whatever else
+        happened; only a deleted or orphaned later attempt may have ended its run sooner."""
+        for job in self.jobs():
+            metadata = job["metadata"]
+            labels = metadata.get("labels") or {}
+            conditions = (job.get("status") or {}).get("conditions") or []
+            failed = [c for c in conditions if c.get("type") == "Failed"]
+            if not failed or failed[0].get("reason") == "PodFailurePolicy":
+                continue
+            if not metadata.get("ownerReferences"):
+                continue  # orphaned: no longer the run's
+            allowed = int((metadata.get("annotations") or {}).get(ANNOTATION_MAX_ATTEMPTS, 0))
+            if int(labels.get(LABEL_ATTEMPT, "1")) < allowed:
+                assert labels.get(LABEL_RETRIED) == "true", metadata
 
     def nothing_recorded_is_held(self) -> None:
         obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)
@@ -300,6 +320,8 @@ class History(RuleBasedStateMachine):
             metadata = job["metadata"]
             if FINALIZER_SLOT_RECORD not in (metadata.get("finalizers") or []):
                 continue
+            if (metadata.get("labels") or {}).get(LABEL_DEAD_LETTER) == "true":
+                continue  # kept, held, until its retention passes (or its ScheduledJob goes)
             slot = parse_time((metadata.get("annotations") or {}).get(ANNOTATION_SCHEDULED_AT))
             assert processed is not None, metadata
             assert slot is not None, metadata

@@ -18,10 +18,12 @@ from builders import (
     NAME,
     NAMESPACE,
     after_apply,
+    condition,
     event_reasons,
     job,
     names,
     processed,
+    run_at_spec,
     skip_counts,
     spec,
     utc,
@@ -74,7 +76,7 @@ def attempt(n: int, state: JobState, finished: datetime | None = None, **fields:
         created_at=SLOT,
         finished_at=finished,
         held=True,
-        **fields,
+        **{"max_attempts": 3, **fields},
     )
 
 
@@ -94,7 +96,7 @@ def test_a_failed_attempt_is_retried_once_its_delay_has_passed() -> None:
 
     due = decide(sj(), [failed], at(1, 10))
     assert due.runs == [
-        PlannedRun(attempt_job_name(NAME, RUN, 2), SLOT, "Schedule", None, 2, run=RUN)
+        PlannedRun(attempt_job_name(NAME, RUN, 2), SLOT, "Schedule", None, 2, RUN, 3)
     ]
     assert "RunRetrying" in event_reasons(due)
     assert due.releases == []
@@ -129,7 +131,7 @@ def test_the_second_delay_doubles_and_the_third_failure_is_a_dead_letter() -> No
     ]
 
 
-def test_a_labelled_dead_letter_is_released_kept_and_deleted_after_its_retention() -> None:
+def test_a_dead_letter_stays_held_and_kept_until_its_retention_then_goes() -> None:
     raw = retrying(deadLetter={"retentionSeconds": 600}, failedJobsHistoryLimit=0)
     jobs = [
         attempt(1, JobState.FAILED, at(1), retried=True),
@@ -138,9 +140,10 @@ def test_a_labelled_dead_letter_is_released_kept_and_deleted_after_its_retention
     ]
     kept = decide(sj(raw), jobs, at(5))
     assert kept.labels == []
-    assert sorted(names(kept.releases)) == sorted(j.name for j in jobs)
-    # The earlier attempts are history like any failed Job (limit 0); the dead letter is kept.
+    # The earlier attempts are history like any failed Job (limit 0), and released; the dead
+    # letter is kept and stays held, so that no TTL takes it before its retention.
     assert names(kept.deletions) == [jobs[0].name, jobs[1].name]
+    assert sorted(names(kept.releases)) == sorted([jobs[0].name, jobs[1].name])
     assert kept.wake_at == at(14)  # its retention ends before the next slot
     assert len(kept.status["deadLetters"]) == 1
 
@@ -148,6 +151,7 @@ def test_a_labelled_dead_letter_is_released_kept_and_deleted_after_its_retention
     assert [(d.job_name, d.reason) for d in expired.deletions] == [
         (jobs[2].name, DeletionReason.DEAD_LETTER_EXPIRED)
     ]
+    assert names(expired.releases) == [jobs[2].name]
 
 
 def test_a_failure_the_pod_failure_policy_calls_final_is_not_retried() -> None:
@@ -218,6 +222,7 @@ def test_a_retry_of_a_run_now_keeps_its_token_and_trigger() -> None:
         run_now_token="t1",
         finished_at=at(1),
         held=True,
+        max_attempts=3,
     )
     decision = decide(sj(runNowToken="t1"), [failed], at(2))
     (run,) = decision.runs
@@ -323,8 +328,9 @@ async def test_the_shell_retries_a_failed_run_then_dead_letters_it_and_keeps_it(
     assert letter is not None
     assert letter["metadata"]["labels"][LABEL_DEAD_LETTER] == "true"
     assert shell.status("nightly")["deadLetters"][0]["job"] == second
-    await shell.apply("nightly")  # the label seen: the run is over, its Jobs are released
-    assert not any(j["metadata"].get("finalizers") for j in shell.jobs())
+    await shell.apply("nightly")  # the label seen: the run is over, its Jobs are released,
+    held = {j["metadata"]["name"] for j in shell.jobs() if j["metadata"].get("finalizers")}
+    assert held == {second}  # but the dead letter, held until its retention passes
     assert len(shell.created_jobs()) == 2
 
 
@@ -353,3 +359,74 @@ async def test_an_attempt_deleted_while_it_runs_ends_its_run_and_is_never_made_a
     created = shell.created_jobs()
     assert len(created) == len(set(created)) == 2, created
     assert shell.server.get(*JOBS, NAMESPACE, second) is None  # released, then gone
+
+
+def test_a_one_off_with_retries_is_complete_only_when_its_run_has_ended() -> None:
+    raw = run_at_spec(SLOT, retry=RETRY)
+    one_off = view(raw, status=processed(raw, SLOT))
+
+    def completed(jobs: list[JobInfo], now: datetime) -> tuple[str, str]:
+        found = condition(decide(one_off, jobs, now).status, "Completed")
+        return found["status"], found["reason"]
+
+    failed = attempt(1, JobState.FAILED, at(1))
+    assert completed([failed], at(1, 5)) == ("False", "Pending")  # another attempt comes
+    second = attempt(2, JobState.SUCCEEDED, at(3))
+    assert completed([failed, second], at(4)) == ("True", "RunSucceeded")
+    letter = attempt(3, JobState.FAILED, at(5), dead_letter=True)
+    marked = [attempt(n, JobState.FAILED, at(n), retried=True) for n in (1, 2)]
+    assert completed([*marked, letter], at(6)) == ("True", "RunDeadLettered")
+
+
+def test_replace_ends_a_run_whose_retry_is_due_with_the_next_slot() -> None:
+    """Both due in one decision (a failure just before a slot, or after an outage): the new
+    slot's run replaces the old run; its next attempt is not made, so nothing overlaps."""
+    raw = retrying(concurrencyPolicy="Replace")
+    failed = attempt(1, JobState.FAILED, at(59, 50))
+    decision = decide(sj(raw), [failed], at(60))
+    assert names(decision.runs) == [scheduled_job_name(NAME, at(60), with_seconds=False)]
+    assert [(d.job_name, d.reason) for d in decision.deletions] == [(RUN, DeletionReason.REPLACE)]
+    assert "RunRetrying" not in event_reasons(decision)
+
+
+def test_turning_retries_on_never_retries_or_dead_letters_runs_from_before() -> None:
+    old = attempt(1, JobState.FAILED, at(1), max_attempts=0)  # made without spec.retry
+    decision = decide(sj(), [old], at(10))
+    assert decision.runs == []
+    assert decision.labels == []
+    assert names(decision.releases) == [RUN]
+
+
+def test_lowering_max_attempts_stops_runs_in_flight_and_raising_it_does_not_extend_them() -> None:
+    failed = attempt(2, JobState.FAILED, at(2))  # began under maxAttempts 3
+    lower = retrying(retry={**RETRY, "maxAttempts": 2})
+    assert [p.label for p in decide(sj(lower), [failed], at(10)).labels] == [
+        "cronlease.io/dead-letter"
+    ]
+    last = attempt(3, JobState.FAILED, at(3))
+    higher = retrying(retry={**RETRY, "maxAttempts": 5})
+    assert decide(sj(higher), [last], at(10)).runs == []
+
+
+def test_retried_attempts_are_marked_even_after_retries_were_turned_off() -> None:
+    """A run in flight when spec.retry is removed: its retried attempt is still marked, and its
+    Jobs held until then, so that turning retries on again can never make an attempt twice."""
+    jobs = [attempt(1, JobState.FAILED, at(1)), attempt(2, JobState.SUCCEEDED, at(3))]
+    decision = decide(sj(spec(schedule=HOURLY)), jobs, at(10))
+    assert [(p.job_name, p.label) for p in decision.labels] == [(RUN, "cronlease.io/retried")]
+    assert decision.releases == []
+
+
+def test_a_template_cannot_carry_cronlease_labels_or_annotations() -> None:
+    raw = retrying()
+    raw["jobTemplate"]["metadata"] = {
+        "labels": {"cronlease.io/retried": "true", "cronlease.io/dead-letter": "true", "a": "b"},
+        "annotations": {"cronlease.io/max-attempts": "10", "c": "d"},
+    }
+    run = PlannedRun(RUN, SLOT, "Schedule", max_attempts=3)
+    built = build_job(view(raw), run, "replica-a", 3)
+    labels, annotations = built["metadata"]["labels"], built["metadata"]["annotations"]
+    assert "cronlease.io/retried" not in labels
+    assert "cronlease.io/dead-letter" not in labels
+    assert labels["a"] == "b"
+    assert (annotations["cronlease.io/max-attempts"], annotations["c"]) == ("3", "d")
