@@ -246,6 +246,32 @@ def test_a_job_held_for_its_record_keeps_its_label(
     assert "slot-record" in outcomes["unlabel it"].stderr
 
 
+def test_a_retried_attempt_keeps_its_mark(kube: Kube, namespace: str, tenant: Kube) -> None:
+    """cronlease.io/retried says an attempt's successor was made. A tenant may delete the Job,
+    or remove its other cronlease labels once it is released, but not that one: without it the
+    attempt could pass for the latest failure of its run, and be retried again."""
+    as_operator = kube.as_user(OPERATOR)
+    as_operator.create(job(namespace, "nightly-1"))
+    retried = "cronlease.io/retried"
+    as_operator.run("label", "job", "nightly-1", f"{LABEL}=nightly", f"{retried}=true",
+                    "-n", namespace)  # fmt: skip
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenant.run(*args[:1], "job", "nightly-1", *args[1:], "-n", namespace, check=False)
+
+    outcomes = {
+        "unmark it": change("label", f"{retried}-"),
+        "unlabel it": change("label", f"{LABEL}-"),
+        "delete it": change("delete", "--wait=false"),
+    }
+    assert verdicts(outcomes) == {
+        "unmark it": "fenced",
+        "unlabel it": "admitted",
+        "delete it": "admitted",
+    }
+    assert "must never be again" in outcomes["unmark it"].stderr
+
+
 def test_the_garbage_collector_orphans_the_operators_jobs(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
