@@ -29,7 +29,6 @@ from builders import (
     utc,
     view,
 )
-from fakeapi import FakeApiServer  # noqa: F401
 from shell import Shell
 
 from cronlease.jobinfo import JobInfo, JobState, job_info
