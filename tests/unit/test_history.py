@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 )
 from shell import Shell
 
+from cronlease.jobinfo import job_info
 from cronlease.kube import JOBS, SCHEDULEDJOBS
 from cronlease.leadership import SoleLeader
 from cronlease.naming import (
@@ -299,7 +300,7 @@ class History(RuleBasedStateMachine):
 
     def no_attempt_was_lost(self) -> None:
         """Every failed attempt with attempts left was retried (and marked so), whatever else
-        happened; only a deleted or orphaned later attempt may have ended its run sooner."""
+        happened; only a user's deletion, orphaning or corruption may have ended a run sooner."""
         for job in self.jobs():
             metadata = job["metadata"]
             labels = metadata.get("labels") or {}
@@ -307,8 +308,8 @@ class History(RuleBasedStateMachine):
             failed = [c for c in conditions if c.get("type") == "Failed"]
             if not failed or failed[0].get("reason") == "PodFailurePolicy":
                 continue
-            if not metadata.get("ownerReferences"):
-                continue  # orphaned: no longer the run's
+            if not job_info(job).trusted:
+                continue  # orphaned or corrupted by a user: no longer the run's (as designed)
             allowed = int((metadata.get("annotations") or {}).get(ANNOTATION_MAX_ATTEMPTS, 0))
             if int(labels.get(LABEL_ATTEMPT, "1")) < allowed:
                 assert labels.get(LABEL_RETRIED) == "true", metadata
