@@ -264,23 +264,23 @@ class KubeApi:
     async def release_job(self, namespace: str, name: str, uid: str, finalizer: str) -> None:
         """Remove `finalizer` from the Job, if it is still the Job with `uid`. A strategic merge
         patch removes one value of the list and leaves the rest (a foreground deletion's)."""
-        body = {"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [finalizer]}}
-        await self.transport.request(
-            "PATCH",
-            resource_path(JOBS, namespace, name),
-            body,
-            content_type="application/strategic-merge-patch+json",
-        )
+        metadata = {"$deleteFromPrimitiveList/finalizers": [finalizer]}
+        await self._patch_job_metadata(namespace, name, uid, metadata)
 
     async def label_job(
         self, namespace: str, name: str, uid: str, labels: dict[str, str]
     ) -> dict[str, Any]:
         """Add `labels` to the Job, if it is still the Job with `uid`; the Job as updated."""
-        body = {"metadata": {"uid": uid, "labels": labels}}
+        return await self._patch_job_metadata(namespace, name, uid, {"labels": labels})
+
+    async def _patch_job_metadata(
+        self, namespace: str, name: str, uid: str, metadata: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A strategic merge patch of the Job's metadata, with its uid as precondition."""
         return await self.transport.request(
             "PATCH",
             resource_path(JOBS, namespace, name),
-            body,
+            {"metadata": {"uid": uid, **metadata}},
             content_type="application/strategic-merge-patch+json",
         )
 

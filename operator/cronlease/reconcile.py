@@ -235,13 +235,7 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     # After the new runs: a run that Replace has just ended gets no next attempt.
     _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
     kept_held = _plan_history_cleanup(spec, owned, runs, outcomes, now, decision)
-    # Held until the run has ended and its retried attempts are marked so (whatever the spec
-    # says now: a run from before retry was turned off still has attempts to mark).
-    ongoing = frozenset(
-        name
-        for name, outcome in outcomes.items()
-        if (spec.retry and outcome in ONGOING) or runs[name].unmarked
-    )
+    ongoing = frozenset(name for name, run in runs.items() if run.holds(spec.retry))
     _plan_releases(sj, jobs, decision, ongoing, kept_held)
     _write_status(sj, spec, owned, runs, outcomes, status, cursor, now, decision)
     decision.status = status
@@ -282,11 +276,7 @@ def _invalid(
         # The policy is unreadable: every run that any policy could still retry stays held.
         owned = [job for job in jobs if job.owner_uid == sj.uid and job.trusted]
         most = RetryPolicy(max_attempts=MAX_ATTEMPTS)
-        ongoing = frozenset(
-            name
-            for name, run in runs_of(owned).items()
-            if run.outcome(most) in ONGOING or run.unmarked
-        )
+        ongoing = frozenset(name for name, run in runs_of(owned).items() if run.holds(most))
     _plan_releases(sj, jobs, decision, ongoing)
     return decision
 

@@ -50,6 +50,11 @@ class Run:
         """Earlier attempts still to be labelled cronlease.io/retried."""
         return tuple(job for job in self.attempts[:-1] if not job.retried)
 
+    def holds(self, retry: RetryPolicy | None) -> bool:
+        """Whether its Jobs stay held: it goes on under `retry`, or a retried attempt is still
+        to be marked (whatever the spec says now)."""
+        return (retry is not None and self.outcome(retry) in ONGOING) or bool(self.unmarked)
+
     def outcome(self, retry: RetryPolicy | None) -> RunOutcome:
         latest = self.latest
         if latest.retried:
