@@ -23,6 +23,15 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from cronlease import backoff, metrics
+from cronlease.decision import (
+    Decision,
+    ObjectRef,
+    PlannedDeletion,
+    PlannedLabel,
+    PlannedRelease,
+    PlannedRun,
+    ScheduledJobView,
+)
 from cronlease.events import EventRecorder, EventSeries
 from cronlease.jobinfo import JobInfo, job_info
 from cronlease.jobtemplate import build_job
@@ -34,15 +43,6 @@ from cronlease.naming import (
     LABEL_DEAD_LETTER,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
-)
-from cronlease.reconcile import (
-    Decision,
-    ObjectRef,
-    PlannedDeletion,
-    PlannedLabel,
-    PlannedRelease,
-    PlannedRun,
-    ScheduledJobView,
 )
 
 log = logging.getLogger(__name__)

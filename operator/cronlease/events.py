@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cronlease import GROUP, KIND, VERSION
+from cronlease import GROUP, VERSION
+from cronlease.decision import ObjectRef
 from cronlease.kube import ApiError, KubeApi, TransportError
 from cronlease.naming import format_time, parse_time
-from cronlease.reconcile import ObjectRef
 
 log = logging.getLogger(__name__)
 COMPONENT = "cronlease"
@@ -87,7 +87,7 @@ def event_body(
         "metadata": {"name": name, "namespace": sj.namespace},
         "involvedObject": {
             "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": KIND,
+            "kind": sj.kind,
             "name": sj.name,
             "namespace": sj.namespace,
             "uid": sj.uid,

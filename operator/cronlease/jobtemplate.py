@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from cronlease import GROUP, KIND, VERSION
+from cronlease.decision import PlannedRun, ScheduledJobView
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
@@ -20,7 +21,6 @@ from cronlease.naming import (
     LABEL_SCHEDULEDJOB,
     format_time,
 )
-from cronlease.reconcile import PlannedRun, ScheduledJobView
 from cronlease.runenv import run_annotations, with_run_environment
 
 

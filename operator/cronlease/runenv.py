@@ -13,13 +13,13 @@ import hashlib
 from typing import Any
 
 from cronlease import GROUP
+from cronlease.decision import PlannedRun
 from cronlease.naming import (
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
     TRIGGER_MANUAL,
     format_time,
 )
-from cronlease.reconcile import PlannedRun
 
 # The slot and the trigger keep the Job's own annotation names on the pod template.
 ANNOTATION_RUN = f"{GROUP}/run"

@@ -17,11 +17,12 @@ from datetime import UTC, datetime, timedelta
 
 from cronlease import backoff, metrics
 from cronlease.applier import Applied, Applier, Outcome
+from cronlease.decision import Decision, ScheduledJobView
 from cronlease.kube import KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import parse_time
-from cronlease.reconcile import Decision, ScheduledJobView, decide
+from cronlease.reconcile import decide
 from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cronlease.decision import Decision, ScheduledJobView
 from cronlease.jobinfo import JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RUN_NOW,
@@ -18,7 +19,6 @@ from cronlease.naming import (
     format_time,
     scheduled_job_name,
 )
-from cronlease.reconcile import Decision, ScheduledJobView
 from cronlease.spec import parse_spec
 
 NAME = "backup"

@@ -11,9 +11,9 @@ from builders import NAMESPACE
 from shell import Shell, eventually
 
 from cronlease.applier import Outcome
+from cronlease.decision import ObjectRef
 from cronlease.events import MAX_NAME, EventRecorder, event_name
 from cronlease.kube import EVENTS, KubeApi
-from cronlease.reconcile import ObjectRef
 
 FORBID = "SkippedConcurrencyForbid"
 EVENT_PATH = r"/events(/|$)"

@@ -12,8 +12,8 @@ from builders import NAME, NAMESPACE, spec, view
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cronlease.decision import PlannedRun
 from cronlease.jobtemplate import build_job
-from cronlease.reconcile import PlannedRun
 from cronlease.runenv import ENVIRONMENT, idempotency_key, run_annotations, with_run_environment
 
 SLOT = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
