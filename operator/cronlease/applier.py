@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from cronlease import backoff, metrics
+from cronlease import REQUEST_KIND, backoff, metrics
 from cronlease.decision import (
     Decision,
     ObjectRef,
@@ -35,7 +35,7 @@ from cronlease.decision import (
 from cronlease.events import EventRecorder, EventSeries
 from cronlease.jobinfo import JobInfo, job_info
 from cronlease.jobtemplate import build_job
-from cronlease.kube import ApiError, KubeApi, TransportError
+from cronlease.kube import RUNREQUESTS, SCHEDULEDJOBS, ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
 from cronlease.model import Model
 from cronlease.naming import (
@@ -206,6 +206,12 @@ class Applier:
             write = self._record(sj, obj, decision)
             if write is not None:
                 await self._write_status(write)
+            for request in decision.requests:  # after the ScheduledJob's: its cursor first
+                request_write = self._status_write(
+                    request.ref, request.version, request.previous, request.status
+                )
+                if request_write is not None:
+                    await self._write_status(request_write)
             # Recorded now: the runs created and the existing Jobs recorded by this decision
             # (unless their runs may still need them: a later decision releases those).
             recorded = [
@@ -257,7 +263,9 @@ class Applier:
         """Recorded for this generation; the next decision reports InvalidSpec and stops. Not
         held back for creations: this one is among them, and a refusal is one write."""
         refused = {"generation": sj.generation, "message": message}
-        write = self._status_write(sj.ref, obj, {**obj.get("status", {}), "templateError": refused})
+        current = obj.get("status") or {}
+        version = obj["metadata"]["resourceVersion"]
+        write = self._status_write(sj.ref, version, current, {**current, "templateError": refused})
         if write is not None:
             await self._write_status(write, creations_first=False)
 
@@ -392,7 +400,7 @@ class Applier:
             with self.model.reading():
                 async with self._status_pool:
                     labelled = await self.api.label_job(
-                        sj.namespace, planned.job_name, planned.uid, {planned.label: "true"}
+                        sj.namespace, planned.job_name, planned.uid, {planned.label: planned.value}
                     )
                 self.model.upsert_job(labelled)  # the next decision must not label it again
         except ApiError as error:
@@ -402,7 +410,7 @@ class Applier:
             raise RetryLater(f"labelling Job {planned.job_name}: {error}") from error
         except TransportError as error:
             raise RetryLater(f"labelling Job {planned.job_name}: {error}") from error
-        if planned.label == LABEL_DEAD_LETTER:
+        if planned.label == LABEL_DEAD_LETTER and planned.value == "true":
             metrics.dead_lettered.inc()
 
     def _record(
@@ -412,48 +420,63 @@ class Applier:
         for skip in decision.skips:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
         for event in decision.events:
-            self._event(sj.ref, event.type, event.reason, event.message)
-        return self._status_write(sj.ref, obj, decision.status)
+            self._event(event.about or sj.ref, event.type, event.reason, event.message)
+        version = obj["metadata"]["resourceVersion"]
+        return self._status_write(sj.ref, version, obj.get("status") or {}, decision.status)
 
     def _status_write(
-        self, ref: ObjectRef, obj: dict[str, Any], status: dict[str, Any]
+        self, ref: ObjectRef, version: str, current: dict[str, Any], status: dict[str, Any]
     ) -> StatusWrite | None:
-        """The patch from the object's status to `status`, stamped; None if they are equal."""
+        """The patch from the object's `current` status to `status`, stamped; None if they are
+        equal. Only the fields that change: the write is conditional on `version`, so what it
+        leaves out is what the decision read."""
         status = {
             **status,
             "leader": self.leadership.identity,
             "fencingToken": self.leadership.token,
         }
-        current = obj.get("status") or {}
         if status == current:
             return None
         # A merge patch deletes a key only when told to with null.
-        patch = {**{field: None for field in current if field not in status}, **status}
-        return StatusWrite(ref, obj["metadata"]["resourceVersion"], patch)
+        patch = {field: None for field in current if field not in status}
+        patch.update(
+            {field: value for field, value in status.items() if current.get(field) != value}
+        )
+        return StatusWrite(ref, version, patch)
 
     async def _write_status(self, write: StatusWrite, creations_first: bool = True) -> None:
         if creations_first:
             await self._creations.wait_turn()
         self._check_leading()
         ref = write.ref
+        resource, get = (
+            (RUNREQUESTS, self.api.get_runrequest)
+            if ref.kind == REQUEST_KIND
+            else (SCHEDULEDJOBS, self.api.get_scheduledjob)
+        )
         with self.model.reading():  # the response, or the fresh copy after a 409, is fed to it
             try:
                 async with self._status_pool:
                     updated = await self._fenced(
                         lambda: self.api.patch_status(
-                            ref.namespace, ref.name, write.patch, write.version
+                            ref.namespace, ref.name, write.patch, write.version, resource
                         )
                     )
             except ApiError as error:
                 if error.status == 404:
                     return
                 if error.status == 409:
-                    fresh = await self.api.get_scheduledjob(ref.namespace, ref.name)
-                    self.model.upsert_scheduledjob(fresh)
+                    self._upsert(ref, await get(ref.namespace, ref.name))
                     raise Stale() from error
                 metrics.reconcile_errors.labels("status").inc()
-                raise RetryLater(f"writing status: {error}") from error
-            self.model.upsert_scheduledjob(updated)
+                raise RetryLater(f"writing {ref.kind} status: {error}") from error
+            self._upsert(ref, updated)
+
+    def _upsert(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
+        if ref.kind == REQUEST_KIND:
+            self.model.upsert_runrequest(obj)
+        else:
+            self.model.upsert_scheduledjob(obj)
 
     # Events
 

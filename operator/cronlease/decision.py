@@ -77,6 +77,15 @@ class ScheduledJobView:
 
 
 @dataclass(frozen=True)
+class RequestTarget:
+    """Which target of which RunRequest a run is for."""
+
+    name: str
+    uid: str
+    index: int
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     job_name: str
     slot: datetime
@@ -87,6 +96,7 @@ class PlannedRun:
     # spec.retry.maxAttempts when the run began (0: no retries): a run keeps the policy it began
     # under, so turning retries on never retries runs from before.
     max_attempts: int = 0
+    request: RequestTarget | None = None  # a RunRequest's run (trigger Replay or Backfill)
 
     @property
     def run_name(self) -> str:
@@ -119,12 +129,13 @@ class PlannedRelease:
 
 @dataclass(frozen=True)
 class PlannedLabel:
-    """Label a Job `label`=true: a dead letter (a run's last attempt, every attempt failed), or
-    an attempt that was retried."""
+    """Label a Job `label`=`value`: a dead letter (a run's last attempt, every attempt failed),
+    a dead letter replayed, or an attempt that was retried."""
 
     job_name: str
     uid: str
     label: str
+    value: str = "true"
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,18 @@ class EventRecord:
     type: EventType
     reason: str
     message: str
+    about: ObjectRef | None = None  # the object the Event is about; None: the ScheduledJob
+
+
+@dataclass(frozen=True)
+class RequestStatus:
+    """A RunRequest's new status, written after the ScheduledJob's, conditional on `version`
+    (the request's resourceVersion when `previous` was read)."""
+
+    ref: ObjectRef
+    version: str
+    previous: dict[str, Any]
+    status: dict[str, Any]
 
 
 @dataclass
@@ -157,4 +180,5 @@ class Decision:
     skips: list[SkippedSlots] = field(default_factory=list)
     events: list[EventRecord] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
+    requests: list[RequestStatus] = field(default_factory=list)
     wake_at: datetime | None = None

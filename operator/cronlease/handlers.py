@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import kopf
 
-from cronlease import GROUP, PLURAL, VERSION, metrics
+from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION, metrics
 from cronlease.model import Model
 
 
@@ -24,6 +24,13 @@ def register(registry: kopf.OperatorRegistry, model: Model) -> None:
         else:
             model.upsert_scheduledjob(_object(event))
         metrics.scheduledjobs.set(model.scheduledjob_count)
+
+    @kopf.on.event(GROUP, VERSION, REQUEST_PLURAL, registry=registry)
+    async def runrequest_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            model.delete_runrequest(_object(event))
+        else:
+            model.upsert_runrequest(_object(event))
 
 
 def _object(event: kopf.RawEvent) -> dict[str, Any]:

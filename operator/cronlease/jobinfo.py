@@ -18,15 +18,20 @@ from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
     ANNOTATION_MAX_ATTEMPTS,
+    ANNOTATION_REQUEST_INDEX,
+    ANNOTATION_REQUEST_UID,
     ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
+    DEAD_LETTER_REPLAYED,
     FINALIZER_SLOT_RECORD,
     LABEL_ATTEMPT,
     LABEL_DEAD_LETTER,
+    LABEL_REQUEST,
     LABEL_RETRIED,
     LABEL_RUN,
     LABEL_SCHEDULEDJOB,
+    REQUEST_TRIGGERS,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
     attempt_job_name,
@@ -64,9 +69,14 @@ class JobInfo:
     run: str = ""
     attempt: int = 1
     dead_letter: bool = False  # labelled cronlease.io/dead-letter=true
+    replayed: bool = False  # labelled cronlease.io/dead-letter=replayed: a request replayed it
     retried: bool = False  # labelled cronlease.io/retried=true: a later attempt was made
     max_attempts: int = 0  # the retry policy its run began under (0: none)
     failure_reason: str = ""  # the Failed condition's reason
+    # A RunRequest's run (trigger Replay or Backfill): the request and the target it runs.
+    request_name: str = ""
+    request_uid: str = ""
+    request_index: int = -1
 
     @property
     def run_name(self) -> str:
@@ -142,6 +152,8 @@ def job_info(job: dict[str, Any]) -> JobInfo:
     run = labels.get(LABEL_RUN, name)
     attempt = _token(labels.get(LABEL_ATTEMPT, "1"))
     owner_name = _text(owner.get("name")) if owner else ""
+    request_uid = annotations.get(ANNOTATION_REQUEST_UID, "")
+    request_index = _token(annotations.get(ANNOTATION_REQUEST_INDEX))
     trusted = (
         owner is not None
         and owner_uid is not None
@@ -149,7 +161,11 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         and bool(annotations.get(ANNOTATION_LEADER))
         and _token(annotations.get(ANNOTATION_FENCING_TOKEN)) is not None
         and slot is not None
-        and (trigger == TRIGGER_SCHEDULE or (trigger == TRIGGER_MANUAL and bool(run_now_token)))
+        and (
+            trigger == TRIGGER_SCHEDULE
+            or (trigger == TRIGGER_MANUAL and bool(run_now_token))
+            or (trigger in REQUEST_TRIGGERS and bool(request_uid) and request_index is not None)
+        )
         and attempt is not None
         and attempt >= 1
         and name == attempt_job_name(owner_name, run, attempt)
@@ -173,7 +189,11 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         run=run,
         attempt=attempt or 1,
         dead_letter=labels.get(LABEL_DEAD_LETTER) == "true",
+        replayed=labels.get(LABEL_DEAD_LETTER) == DEAD_LETTER_REPLAYED,
         retried=labels.get(LABEL_RETRIED) == "true",
         max_attempts=_token(annotations.get(ANNOTATION_MAX_ATTEMPTS)) or 0,
         failure_reason=failure_reason,
+        request_name=labels.get(LABEL_REQUEST, ""),
+        request_uid=request_uid,
+        request_index=-1 if request_index is None else request_index,
     )

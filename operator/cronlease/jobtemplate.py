@@ -12,13 +12,17 @@ from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
     ANNOTATION_MAX_ATTEMPTS,
+    ANNOTATION_REQUEST_INDEX,
+    ANNOTATION_REQUEST_UID,
     ANNOTATION_RUN_NOW,
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
     FINALIZER_SLOT_RECORD,
     LABEL_ATTEMPT,
+    LABEL_REQUEST,
     LABEL_RUN,
     LABEL_SCHEDULEDJOB,
+    LABEL_TRIGGER,
     format_time,
 )
 from cronlease.runenv import run_annotations, with_run_environment
@@ -34,6 +38,7 @@ def build_job(
         LABEL_SCHEDULEDJOB: sj.name,
         LABEL_RUN: run.run_name,
         LABEL_ATTEMPT: str(run.attempt),
+        LABEL_TRIGGER: run.trigger,
     }
     annotations = {
         **_theirs(metadata.get("annotations")),
@@ -46,6 +51,10 @@ def build_job(
         annotations[ANNOTATION_RUN_NOW] = run.run_now_token
     if run.max_attempts:
         annotations[ANNOTATION_MAX_ATTEMPTS] = str(run.max_attempts)
+    if run.request is not None:
+        labels[LABEL_REQUEST] = run.request.name
+        annotations[ANNOTATION_REQUEST_UID] = run.request.uid
+        annotations[ANNOTATION_REQUEST_INDEX] = str(run.request.index)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

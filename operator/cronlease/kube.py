@@ -20,12 +20,13 @@ import kopf
 import orjson
 from yarl import URL
 
-from cronlease import GROUP, PLURAL, VERSION
+from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
 
 LIST_PAGE = 500
 # aiohttp's default line limit is 64 KiB; a watch event of a large object must fit in one line.
 READ_BUFFER = 2**21
 SCHEDULEDJOBS = (f"{GROUP}/{VERSION}", PLURAL)
+RUNREQUESTS = (f"{GROUP}/{VERSION}", REQUEST_PLURAL)
 JOBS = ("batch/v1", "jobs")
 LEASES = ("coordination.k8s.io/v1", "leases")
 EVENTS = ("v1", "events")
@@ -296,15 +297,31 @@ class KubeApi:
         return await self.transport.request("GET", resource_path(SCHEDULEDJOBS, namespace, name))
 
     async def patch_status(
-        self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str,
+        resource: tuple[str, str] = SCHEDULEDJOBS,
     ) -> dict[str, Any]:
         """A merge patch conditional on resource_version: a decision made on a stale copy is
-        refused with 409 instead of overwriting newer status (the cursor must never go back)."""
-        path = resource_path(SCHEDULEDJOBS, namespace, name, "status")
+        refused with 409 instead of overwriting newer status (the cursor must never go back).
+        A ScheduledJob's, or another of ours (RUNREQUESTS)."""
+        path = resource_path(resource, namespace, name, "status")
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         return await self.transport.request(
             "PATCH", path, body, content_type="application/merge-patch+json"
         )
+
+    # RunRequests
+
+    def list_runrequests(
+        self, namespace: str = ""
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        return self.list_pages(resource_path(RUNREQUESTS, namespace))
+
+    async def get_runrequest(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.transport.request("GET", resource_path(RUNREQUESTS, namespace, name))
 
     # Leases
 

@@ -20,6 +20,7 @@ import orjson
 
 from cronlease.jobinfo import JobInfo, job_info
 from cronlease.naming import LABEL_SCHEDULEDJOB
+from cronlease.runrequest import scheduled_job_of
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -59,8 +60,8 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredScheduledJob:
-    """A ScheduledJob as compact JSON, decoded when a decision reads it.
+class StoredObject:
+    """A ScheduledJob (or a RunRequest) as compact JSON, decoded when a decision reads it.
 
     Kept as parsed JSON, each one was about a hundred small dicts and strings, allocated in the
     middle of the garbage of the response it came from; those pinned the allocator's arenas
@@ -76,8 +77,8 @@ class StoredScheduledJob:
         return obj
 
 
-def _pack(obj: dict[str, Any]) -> StoredScheduledJob:
-    return StoredScheduledJob(version_of(obj), orjson.dumps(_slim(obj)))
+def _pack(obj: dict[str, Any]) -> StoredObject:
+    return StoredObject(version_of(obj), orjson.dumps(_slim(obj)))
 
 
 # A ScheduledJob as the owner of Jobs: (namespace, uid). A uid alone would let a Job in one
@@ -118,7 +119,10 @@ class Model:
         self._on_change = on_change
         self._on_job_change = on_job_change or on_change
         self._on_job_finished = on_job_finished
-        self._scheduledjobs: dict[Key, StoredScheduledJob] = {}
+        self._scheduledjobs: dict[Key, StoredObject] = {}
+        self._requests: dict[Key, StoredObject] = {}
+        self._request_owner: dict[Key, Key] = {}  # RunRequest -> the ScheduledJob it names
+        self._requests_by_scheduledjob: dict[Key, set[Key]] = {}
         self._jobs: dict[Key, StoredJob] = {}
         self._jobs_by_owner: dict[OwnerKey, dict[str, JobInfo]] = {}
         self._owners: dict[OwnerKey, Key] = {}  # the ScheduledJobs in the model, by uid
@@ -177,6 +181,51 @@ class Model:
                 owned.pop(name, None)
                 if not owned:
                     del self._jobs_by_owner[(key[0], uid)]
+
+    # RunRequests: few, and each read only by its ScheduledJob's decisions
+
+    def upsert_runrequest(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        current = self._requests.get(key)
+        if self._buried("request", obj) or not _newer(
+            version_of(obj), current.version if current else None
+        ):
+            return
+        self._requests[key] = _pack(obj)
+        self._index_request(key, scheduled_job_of(obj))
+        self._notify_request(key)
+
+    def delete_runrequest(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        self._bury("request", obj)
+        self._requests.pop(key, None)
+        self._notify_request(key)  # its ScheduledJob releases the request's Jobs
+        self._index_request(key, None)
+
+    def runrequests_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The RunRequests that name the ScheduledJob (namespace, name), as fresh copies."""
+        keys = self._requests_by_scheduledjob.get((namespace, name), set())
+        return [self._requests[key].unpack() for key in sorted(keys) if key in self._requests]
+
+    def _index_request(self, key: Key, scheduled_job: str | None) -> None:
+        """Index the request under the ScheduledJob it names (a request's spec is immutable,
+        but a hostile one may change: the old entry goes)."""
+        previous = self._request_owner.pop(key, None)
+        if previous is not None:
+            keys = self._requests_by_scheduledjob.get(previous)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._requests_by_scheduledjob[previous]
+        if scheduled_job is not None:
+            owner = (key[0], scheduled_job)
+            self._request_owner[key] = owner
+            self._requests_by_scheduledjob.setdefault(owner, set()).add(key)
+
+    def _notify_request(self, key: Key) -> None:
+        owner = self._request_owner.get(key)
+        if owner is not None:
+            self._on_change(owner)
 
     # Jobs
 
@@ -351,6 +400,7 @@ class Model:
         """How many entries each structure of the model holds (tests, the soak)."""
         return {
             "scheduledjobs": len(self._scheduledjobs),
+            "runrequests": len(self._requests),
             "jobs": len(self._jobs),
             "owners": len(self._jobs_by_owner),
             "owned": sum(len(jobs) for jobs in self._jobs_by_owner.values()),

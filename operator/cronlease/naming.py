@@ -35,6 +35,19 @@ FINALIZER_SLOT_RECORD = f"{GROUP}/slot-record"
 
 TRIGGER_SCHEDULE = "Schedule"
 TRIGGER_MANUAL = "Manual"
+# Runs a RunRequest asks for (issue 15, item 4): a replay of a run, a backfill of a past slot.
+TRIGGER_REPLAY = "Replay"
+TRIGGER_BACKFILL = "Backfill"
+REQUEST_TRIGGERS = frozenset({TRIGGER_REPLAY, TRIGGER_BACKFILL})
+# Every Job's trigger as a label too (its annotation predates it), so that a selector finds them.
+LABEL_TRIGGER = f"{GROUP}/trigger"
+# A request's runs: the RunRequest's name (for selectors), its uid and the target's index (what
+# the operator trusts: a RunRequest deleted and created again under the same name is another).
+LABEL_REQUEST = f"{GROUP}/request"
+ANNOTATION_REQUEST_UID = f"{GROUP}/request-uid"
+ANNOTATION_REQUEST_INDEX = f"{GROUP}/request-index"
+# The value of cronlease.io/dead-letter once a RunRequest has replayed the run: no longer kept.
+DEAD_LETTER_REPLAYED = "replayed"
 
 # CronJob's rule: 63 (a label value, which the Job name becomes) minus an 11-character suffix.
 MAX_NAME_LENGTH = 52
@@ -59,6 +72,13 @@ def manual_job_name(owner: str, token: str) -> str:
     """A run-now Job's name: stable per token, so the same token can never start two runs."""
     digest = hashlib.sha256(token.encode()).hexdigest()[:9]
     return f"{owner}-m{digest}"
+
+
+def request_job_name(owner: str, trigger: str, request_uid: str, index: int) -> str:
+    """A request run's name, stable per (request, target): a repeated create of one target
+    collides, so a target never has two runs, across failovers and lost responses."""
+    digest = hashlib.sha256(f"{request_uid}/{index}".encode()).hexdigest()[:9]
+    return f"{owner}-{'r' if trigger == TRIGGER_REPLAY else 'b'}{digest}"
 
 
 # The finest precision the operator stores (format_time): every instant is cut to it when parsed,

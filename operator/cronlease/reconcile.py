@@ -27,6 +27,7 @@ from cronlease.decision import (
     PlannedLabel,
     PlannedRelease,
     PlannedRun,
+    RequestTarget,
     ScheduledJobView,
     SkippedSlots,
     SkipReason,
@@ -36,6 +37,7 @@ from cronlease.naming import (
     ANNOTATION_RUN_NOW,
     LABEL_DEAD_LETTER,
     LABEL_RETRIED,
+    REQUEST_TRIGGERS,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
     attempt_job_name,
@@ -44,6 +46,8 @@ from cronlease.naming import (
     parse_time,
     scheduled_job_name,
 )
+from cronlease.requestplan import RequestContext, plan_requests, settled_request_runs
+from cronlease.runrequest import RunRequestView
 from cronlease.runs import ONGOING, Run, RunOutcome, runs_of
 from cronlease.spec import (
     MAX_ATTEMPTS,
@@ -74,8 +78,14 @@ INVALID = "<invalid>"
 _THE_BEGINNING = datetime.min.replace(tzinfo=UTC)
 
 
-def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Decision:
-    """Plan the actions for `sj` at `now`, given the Jobs the live model says it owns."""
+def decide(
+    sj: ScheduledJobView,
+    jobs: Sequence[JobInfo],
+    now: datetime,
+    requests: Sequence[RunRequestView] = (),
+) -> Decision:
+    """Plan the actions for `sj` at `now`, given the Jobs the live model says it owns and the
+    RunRequests that name it."""
     # Only a Job that carries what the leader writes is a run. Others under this owner reference
     # (made or edited by a user, forged by a tenant) are never counted, recorded or deleted; a
     # slot whose Job name one of them holds is skipped as a conflict.
@@ -84,10 +94,11 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     try:
         spec = parse_spec(sj.name, sj.spec)
     except SpecError as error:
-        return _invalid(sj, jobs, str(error), now)
+        return _invalid(sj, jobs, requests, str(error), now)
     refused = sj.status.get("templateError") or {}
     if refused.get("generation") == sj.generation:
-        return _invalid(sj, jobs, f"spec.jobTemplate: {refused.get('message', '')}", now)
+        message = f"spec.jobTemplate: {refused.get('message', '')}"
+        return _invalid(sj, jobs, requests, message, now)
     decision = Decision(keep_runs_held=spec.retry is not None)
     status = dict(sj.status)
     cursor = _cursor(sj, spec, status, now, decision)
@@ -103,9 +114,23 @@ def decide(sj: ScheduledJobView, jobs: Sequence[JobInfo], now: datetime) -> Deci
     _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
     # After the new runs: a run that Replace has just ended gets no next attempt.
     _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
-    kept_held = _plan_history_cleanup(spec, owned, runs, outcomes, now, decision)
+    # Last: a request's run starts only when no other run is planned, under Forbid.
+    context = RequestContext(
+        sj.name,
+        spec,
+        owned,
+        runs,
+        outcomes,
+        taken,
+        busy=bool(_live(owned, decision, JobState.ACTIVE) or waiting or decision.runs),
+        max_attempts=_max_attempts(spec),
+        now=now,
+    )
+    plan_requests(context, requests, decision)
+    kept_held = _plan_history_cleanup(spec, owned, runs, outcomes, context.keep, now, decision)
     ongoing = frozenset(name for name, run in runs.items() if run.holds(spec.retry))
-    _plan_releases(sj, jobs, decision, ongoing, kept_held)
+    settled = settled_request_runs(requests, jobs)
+    _plan_releases(sj, jobs, decision, settled, ongoing, kept_held)
     _write_status(sj, spec, owned, runs, outcomes, status, cursor, now, decision)
     decision.status = status
     if not spec.suspend:
@@ -126,7 +151,11 @@ def _condition_true(status: dict[str, Any], condition_type: str) -> bool:
 
 
 def _invalid(
-    sj: ScheduledJobView, jobs: Sequence[JobInfo], message: str, now: datetime
+    sj: ScheduledJobView,
+    jobs: Sequence[JobInfo],
+    requests: Sequence[RunRequestView],
+    message: str,
+    now: datetime,
 ) -> Decision:
     """An invalid spec is reported once (condition + Warning Event) and never retried in a loop.
     Jobs it created before are still released once recorded: that needs no valid spec."""
@@ -146,7 +175,7 @@ def _invalid(
         owned = [job for job in jobs if job.owner_uid == sj.uid and job.trusted]
         most = RetryPolicy(max_attempts=MAX_ATTEMPTS)
         ongoing = frozenset(name for name, run in runs_of(owned).items() if run.holds(most))
-    _plan_releases(sj, jobs, decision, ongoing)
+    _plan_releases(sj, jobs, decision, settled_request_runs(requests, jobs), ongoing)
     return decision
 
 
@@ -242,6 +271,7 @@ def _plan_attempts(
                 attempt,
                 run=name,
                 max_attempts=latest.max_attempts,
+                request=_request_of(latest),
             )
         )
         decision.events.append(
@@ -252,6 +282,12 @@ def _plan_attempts(
                 f"(attempt {latest.attempt} failed)",
             )
         )
+
+
+def _request_of(job: JobInfo) -> RequestTarget | None:
+    if not job.request_uid:
+        return None
+    return RequestTarget(job.request_name, job.request_uid, job.request_index)
 
 
 def _max_attempts(spec: Spec) -> int:
@@ -443,19 +479,21 @@ def _plan_history_cleanup(
     owned: Sequence[JobInfo],
     runs: dict[str, Run],
     outcomes: dict[str, RunOutcome],
+    unrecorded: set[str],
     now: datetime,
     decision: Decision,
 ) -> frozenset[str]:
     """Keep the newest finished Jobs by completion time (falling back to start time). The
-    attempts of a run still going on are not history yet; a dead letter is kept until its
-    retention passes, whatever the limits: held, so that no TTL takes it sooner. Returns the
-    uids of the dead letters so kept."""
+    attempts of a run still going on are not history yet, nor a request's run whose result the
+    request has not recorded (`unrecorded`); a dead letter is kept until its retention passes,
+    whatever the limits: held, so that no TTL takes it sooner. Returns the uids of the dead
+    letters so kept."""
     kept = {
         job.uid
         for name, outcome in outcomes.items()
         if outcome in ONGOING
         for job in runs[name].attempts
-    }
+    } | unrecorded
     letters: set[str] = set()
     if spec.retry is not None:
         retention = timedelta(seconds=spec.retry.dead_letter_retention_seconds)
@@ -490,6 +528,7 @@ def _plan_releases(
     sj: ScheduledJobView,
     jobs: Sequence[JobInfo],
     decision: Decision,
+    settled_requests: set[str],
     ongoing: frozenset[str] = frozenset(),
     kept_held: frozenset[str] = frozenset(),
 ) -> None:
@@ -497,7 +536,8 @@ def _plan_releases(
     recorded in the status as persisted (what this decision read, not what it will write), or
     the Job is not a run of this ScheduledJob at all (the finalizer is never ours to keep then).
     With retries, the attempts of a run that has not ended (`ongoing`) stay held: the next
-    attempt is decided from them."""
+    attempt is decided from them. A RunRequest's run is recorded once its request has recorded
+    its result, or is gone."""
     processed = parse_time(sj.status.get("processedUntil"))
     acknowledged = sj.status.get("runNowToken")
     requested = sj.annotations.get(ANNOTATION_RUN_NOW)
@@ -508,6 +548,8 @@ def _plan_releases(
             recorded = True
         elif job.run_name in ongoing or job.uid in kept_held:
             recorded = False
+        elif job.trigger in REQUEST_TRIGGERS:
+            recorded = job.run_name in settled_requests
         elif job.trigger == TRIGGER_MANUAL:
             # A token no longer requested is never run again; the current one once acknowledged.
             recorded = job.run_now_token in (acknowledged, None) or job.run_now_token != requested
@@ -585,6 +627,7 @@ _RESULTS = {
     RunOutcome.EXHAUSTED: "DeadLettered",
     RunOutcome.DEAD_LETTERED: "DeadLettered",
     RunOutcome.CANCELLED: "Deleted",
+    RunOutcome.REPLAYED: "Replayed",
 }
 _UNFINISHED = frozenset({"Active", "Retrying"})
 
@@ -641,8 +684,9 @@ def _recent_runs(
             "job": planned.job_name,
             "trigger": planned.trigger,
             "result": "Active",
-            "lagSeconds": round((created - planned.slot).total_seconds(), 3),
         }
+        if planned.request is None:  # a request's slot is past by design: no lag to speak of
+            entry["lagSeconds"] = round((created - planned.slot).total_seconds(), 3)
         if retry is not None:
             entry.update(run=planned.run_name, attempts=planned.attempt)
         entries.append(entry)

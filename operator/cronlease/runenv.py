@@ -17,7 +17,6 @@ from cronlease.decision import PlannedRun
 from cronlease.naming import (
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
-    TRIGGER_MANUAL,
     format_time,
 )
 
@@ -40,8 +39,9 @@ def idempotency_key(namespace: str, name: str, run: PlannedRun) -> str:
     """The same for every attempt and every replay of one slot of one ScheduledJob, and different
     for different slots; a run-now is its own unit of work, keyed by its token. Not the uid: a
     ScheduledJob deleted and applied again (a GitOps re-sync) is still the same work, and its
-    slots' effects must not happen twice. Opaque (a digest), so nobody parses it."""
-    unit = f"manual:{run.run_now_token}" if run.trigger == TRIGGER_MANUAL else format_time(run.slot)
+    slots' effects must not happen twice. A replay of a run-now keeps its token, so its key.
+    Opaque (a digest), so nobody parses it."""
+    unit = f"manual:{run.run_now_token}" if run.run_now_token else format_time(run.slot)
     digest = hashlib.sha256(f"{namespace}\x00{name}\x00{unit}".encode()).hexdigest()
     return digest[:32]
 

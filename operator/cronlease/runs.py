@@ -31,6 +31,7 @@ class RunOutcome(enum.StrEnum):
     DEAD_LETTERED = "DeadLettered"
     CANCELLED = "Deleted"  # its current attempt was deleted: no further attempt
     SUPERSEDED = "Superseded"  # its later attempts are gone; it ended (recentRuns knows how)
+    REPLAYED = "Replayed"  # a dead letter a RunRequest replayed: history again, not kept
 
 
 ONGOING = frozenset({RunOutcome.ACTIVE, RunOutcome.RETRYING, RunOutcome.EXHAUSTED})
@@ -65,6 +66,8 @@ class Run:
             return RunOutcome.ACTIVE
         if latest.state is JobState.SUCCEEDED:
             return RunOutcome.SUCCEEDED
+        if latest.replayed:
+            return RunOutcome.REPLAYED
         if retry is None or latest.max_attempts == 0:
             # No retries now, or none when the run began: a failed run is history, never
             # retried or dead-lettered after the fact.

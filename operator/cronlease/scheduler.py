@@ -23,6 +23,7 @@ from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import parse_time
 from cronlease.reconcile import decide
+from cronlease.runrequest import RunRequestView
 from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,10 @@ class Scheduler:
     async def _seed(self) -> None:
         """Fill the model once from the API server's watch cache before the first decision.
 
-        kopf keeps ScheduledJobs current on every replica, but has no public signal for "initial
-        listing done", so they are listed here; the Jobs come from the Job watch's own listing,
-        awaited first. Without both a new leader could decide Forbid on a partial model.
+        kopf keeps ScheduledJobs and RunRequests current on every replica, but has no public
+        signal for "initial listing done", so they are listed here; the Jobs come from the Job
+        watch's own listing, awaited first. Without both a new leader could decide Forbid on a
+        partial model.
         """
         await self._jobs_listed.wait()
         for attempt in itertools.count(1):
@@ -83,6 +85,11 @@ class Scheduler:
                         async for items, _ in self.api.list_scheduledjobs(namespace):
                             for item in items:
                                 self.model.upsert_scheduledjob(item)
+                        # A request missing from the model would look cancelled: its Jobs
+                        # released before it has recorded them.
+                        async for items, _ in self.api.list_runrequests(namespace):
+                            for item in items:
+                                self.model.upsert_runrequest(item)
                 break
             except Exception as error:  # 429 while the CRD settles, a dropped connection
                 delay = backoff.SEEDING.delay(attempt)
@@ -122,12 +129,16 @@ class Scheduler:
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
         jobs, now = self.model.jobs_for(sj.namespace, sj.name, sj.uid), self._clock()
+        requests = [
+            RunRequestView.from_object(obj)
+            for obj in self.model.runrequests_for(sj.namespace, sj.name)
+        ]
         # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
         behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
         if now - behind > LONG_CATCH_UP:
             # Enumerating hours of missed slots takes CPU seconds: keep the loop responsive.
-            return await asyncio.to_thread(decide, sj, jobs, now)
-        return decide(sj, jobs, now)
+            return await asyncio.to_thread(decide, sj, jobs, now, requests)
+        return decide(sj, jobs, now, requests)
 
     def _plan(self, key: Key, applied: Applied) -> None:
         """The next wake-up of `key`, from how its reconcile ended."""

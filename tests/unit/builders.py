@@ -10,11 +10,10 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronlease.decision import Decision, ScheduledJobView
+from cronlease.decision import Decision, RequestTarget, ScheduledJobView
 from cronlease.jobinfo import JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RUN_NOW,
-    TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
     format_time,
     scheduled_job_name,
@@ -136,6 +135,8 @@ def job(
     failure_reason: str = "",
     retried: bool = False,
     max_attempts: int = 0,
+    replayed: bool = False,
+    request: RequestTarget | None = None,
 ) -> JobInfo:
     return JobInfo(
         name=name,
@@ -158,6 +159,10 @@ def job(
         failure_reason=failure_reason,
         retried=retried,
         max_attempts=max_attempts,
+        replayed=replayed,
+        request_name=request.name if request else "",
+        request_uid=request.uid if request else "",
+        request_index=request.index if request else -1,
     )
 
 
@@ -190,12 +195,13 @@ def created_jobs(decision: Decision, *, with_uids: bool = True) -> list[JobInfo]
             run.job_name,
             uid=None if with_uids else "",
             slot=run.slot,
-            trigger=TRIGGER_MANUAL if run.run_now_token else run.trigger,
+            trigger=run.trigger,
             created_at=run.slot,
             run_now_token=run.run_now_token,
             run=run.run,
             attempt=run.attempt,
             max_attempts=run.max_attempts,
+            request=run.request,
         )
         for run in decision.runs
     ]

@@ -45,7 +45,11 @@ PATH = re.compile(
     r"^/(?:api|apis)/(?P<gv>v1|[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
 )
-FENCED = {("batch/v1", "jobs"), ("cronlease.io/v1alpha1", "scheduledjobs")}
+FENCED = {
+    ("batch/v1", "jobs"),
+    ("cronlease.io/v1alpha1", "scheduledjobs"),
+    ("cronlease.io/v1alpha1", "runrequests"),
+}
 
 
 class ResponseLost(TransportError):
@@ -493,5 +497,11 @@ def _server_fields(current: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resource_of(obj: dict[str, Any]) -> tuple[str, str]:
-    plural = {"Job": "jobs", "ScheduledJob": "scheduledjobs", "Lease": "leases", "Event": "events"}
+    plural = {
+        "Job": "jobs",
+        "ScheduledJob": "scheduledjobs",
+        "RunRequest": "runrequests",
+        "Lease": "leases",
+        "Event": "events",
+    }
     return obj["apiVersion"], plural[obj["kind"]]

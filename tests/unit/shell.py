@@ -12,7 +12,7 @@ from fakeapi import FakeApiServer
 
 from cronlease.applier import Applied, Applier
 from cronlease.jobwatch import JobWatch
-from cronlease.kube import JOBS, SCHEDULEDJOBS, KubeApi
+from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS, KubeApi
 from cronlease.leadership import Leadership, SoleLeader
 from cronlease.model import Key, Model
 from cronlease.scheduler import Scheduler
@@ -91,6 +91,24 @@ class Shell:
         self.model.upsert_scheduledjob(obj)
         return obj
 
+    def request(self, name: str, **spec: Any) -> dict[str, Any]:
+        """A RunRequest applied by a user, and in the model as its watch would put it."""
+        obj = self.server.put(
+            {
+                "apiVersion": "cronlease.io/v1alpha1",
+                "kind": "RunRequest",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": spec,
+            }
+        )
+        self.model.upsert_runrequest(obj)
+        return obj
+
+    def request_status(self, name: str) -> dict[str, Any]:
+        obj = self.server.get(*RUNREQUESTS, NAMESPACE, name)
+        assert obj is not None
+        return obj.get("status") or {}
+
     def current(self, name: str) -> dict[str, Any]:
         obj = self.model.scheduledjob((NAMESPACE, name))
         assert obj is not None
@@ -107,6 +125,8 @@ class Shell:
             after.model.upsert_job(job)
         for obj in self.server.items(*SCHEDULEDJOBS, NAMESPACE):
             after.model.upsert_scheduledjob(obj)
+        for obj in self.server.items(*RUNREQUESTS, NAMESPACE):
+            after.model.upsert_runrequest(obj)
         return after
 
     def created_jobs(self) -> list[str]:

@@ -1,0 +1,383 @@
+"""What the leader does for a ScheduledJob's RunRequests in one decision: pure, called by decide().
+
+Exactly once per (request, target), as for slots: a target's run is named from the request's uid
+and the target's index (cronlease.naming.request_job_name), so a repeated create meets
+AlreadyExists; `status.started` is the cursor (targets below it have their run); and a request's
+Jobs hold the slot-record finalizer until the request's status records their result, so none
+can vanish (TTL, a user, history cleanup) before the request has counted it. A request that is
+deleted is cancelled: no target is started after its deletion is seen, and its Jobs are
+released; the runs it started go on, as runs of the ScheduledJob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronlease.decision import (
+    Decision,
+    EventRecord,
+    EventType,
+    PlannedLabel,
+    PlannedRun,
+    RequestStatus,
+    RequestTarget,
+)
+from cronlease.jobinfo import JobInfo
+from cronlease.naming import (
+    DEAD_LETTER_REPLAYED,
+    LABEL_DEAD_LETTER,
+    TRIGGER_BACKFILL,
+    TRIGGER_REPLAY,
+    format_time,
+    request_job_name,
+)
+from cronlease.runrequest import (
+    MAX_STARTS_PER_DECISION,
+    MAX_TARGETS,
+    ReplayTarget,
+    RequestAction,
+    RequestError,
+    RequestPhase,
+    RequestPolicy,
+    RequestSpec,
+    RunRequestView,
+    count,
+    format_indexes,
+    parse_indexes,
+    parse_request_spec,
+    replay_targets,
+)
+from cronlease.runs import ONGOING, Run, RunOutcome
+from cronlease.spec import Spec
+
+# A backfill's window includes its first instant: slots are listed after this much before it.
+_JUST_BEFORE = timedelta(milliseconds=1)
+_DEAD = frozenset({RunOutcome.DEAD_LETTERED, RunOutcome.EXHAUSTED})
+
+
+@dataclass
+class RequestContext:
+    """What decide() knows that the requests need: the ScheduledJob's runs now, and whether one
+    of them is active (a run planned by this decision included)."""
+
+    name: str  # the ScheduledJob's
+    spec: Spec
+    owned: Sequence[JobInfo]
+    runs: dict[str, Run]
+    outcomes: dict[str, RunOutcome]
+    taken: frozenset[str]
+    busy: bool
+    max_attempts: int
+    now: datetime
+    keep: set[str] = field(default_factory=set)  # uids of Jobs history cleanup must leave
+
+
+def settled_request_runs(requests: Sequence[RunRequestView], jobs: Sequence[JobInfo]) -> set[str]:
+    """The request runs among `jobs` whose Jobs need not be held for their request: the request
+    is gone (cancelled), or its status, as persisted, records the run's result."""
+    recorded = {
+        request.uid: parse_indexes(request.status.get("succeededIndexes"))
+        | parse_indexes(request.status.get("failedIndexes"))
+        for request in requests
+    }
+    return {
+        job.run_name
+        for job in jobs
+        if job.request_uid
+        and (job.request_uid not in recorded or job.request_index in recorded[job.request_uid])
+    }
+
+
+def plan_requests(
+    context: RequestContext, requests: Sequence[RunRequestView], decision: Decision
+) -> None:
+    """Advance every request for this ScheduledJob, oldest first: record its runs' results,
+    start its next targets, write its status. Adds to `context.keep` the Jobs whose result a
+    request has not yet recorded."""
+    ordered = sorted(requests, key=lambda r: (r.created_at or context.now, r.name))
+    for request in ordered:
+        status = dict(request.status)
+        _advance(context, request, status, decision)
+        if status != request.status:
+            decision.requests.append(
+                RequestStatus(request.ref, request.version, request.status, status)
+            )
+
+
+def _advance(
+    context: RequestContext, request: RunRequestView, status: dict[str, Any], decision: Decision
+) -> None:
+    phase = status.get("phase")
+    if phase == RequestPhase.FAILED and not count(status, "started"):
+        return  # refused at acceptance: nothing ran, nothing will
+    if phase == RequestPhase.COMPLETE:
+        return
+    try:
+        spec = parse_request_spec(request.spec)
+    except RequestError as error:
+        _fail(request, status, str(error), decision)
+        return
+    if phase is None:
+        try:
+            _accept(context, request, spec, status, decision)
+        except RequestError as error:
+            _fail(request, status, str(error), decision)
+            return
+    by_index = {
+        run.attempts[0].request_index: run
+        for run in context.runs.values()
+        if run.attempts[0].request_uid == request.uid
+    }
+    active = _record_results(context, request, status, by_index)
+    if status.get("phase") == RequestPhase.RUNNING:
+        active += _start_targets(context, request, spec, status, decision)
+    if spec.action is RequestAction.REPLAY:
+        _mark_replayed(context, status, by_index, decision)
+    total, started = count(status, "total"), count(status, "started")
+    status["active"] = active
+    if status.get("phase") == RequestPhase.RUNNING and started >= total and not active:
+        failed = count(status, "failed")
+        status.update(phase=RequestPhase.COMPLETE.value, completedAt=format_time(context.now))
+        status["message"] = f"{total - failed} of {total} run(s) succeeded"
+        decision.events.append(
+            EventRecord(
+                EventType.WARNING if failed else EventType.NORMAL,
+                "RequestComplete",
+                f"{spec.action.value.lower()} complete: {status['message']}",
+                request.ref,
+            )
+        )
+
+
+def _accept(
+    context: RequestContext,
+    request: RunRequestView,
+    spec: RequestSpec,
+    status: dict[str, Any],
+    decision: Decision,
+) -> None:
+    """Fix the request's targets once, at its first decision: a backfill's slots under the
+    schedule of now; a replay's runs, with their slots, as the Jobs say now."""
+    if spec.action is RequestAction.BACKFILL:
+        total = len(_window(context, spec, check=True))
+        status["observedSchedule"] = context.spec.trigger_key
+        window = f"{status_time(spec.start)} to {status_time(spec.end)}"
+        what = f"backfill of {total} slot(s) from {window}"
+    else:
+        targets = _resolve_replay(context, spec)
+        status["targets"] = [target.to_status() for target in targets]
+        total = len(targets)
+        what = f"replay of {total} run(s)"
+    status.update(
+        phase=RequestPhase.RUNNING.value,
+        message=what,
+        total=total,
+        started=0,
+        startedAt=format_time(context.now),
+    )
+    decision.events.append(EventRecord(EventType.NORMAL, "RequestAccepted", what, request.ref))
+
+
+def status_time(instant: datetime | None) -> str:
+    return format_time(instant) if instant else ""
+
+
+def _window(context: RequestContext, spec: RequestSpec, check: bool = False) -> list[datetime]:
+    """The backfill's slots, oldest first; with `check`, RequestError if the window is in the
+    future or holds more than MAX_TARGETS slots."""
+    assert spec.start is not None
+    assert spec.end is not None
+    if check and spec.end > context.now:
+        raise RequestError(
+            f"spec.backfill.to: {format_time(spec.end)} is in the future; a backfill runs past "
+            "slots (the schedule runs the others)"
+        )
+    schedule, run_at = context.spec.schedule, context.spec.run_at
+    if schedule is None:
+        assert run_at is not None
+        return [run_at] if spec.start <= run_at <= spec.end else []
+    after = spec.start - _JUST_BEFORE
+    if check:
+        total = schedule.count_between(after, spec.end)
+        if total > MAX_TARGETS:
+            raise RequestError(
+                f"spec.backfill: the window holds {total} slots of the schedule; at most "
+                f"{MAX_TARGETS} per request"
+            )
+    return schedule.slots_between(after, spec.end, limit=MAX_TARGETS)
+
+
+def _resolve_replay(context: RequestContext, spec: RequestSpec) -> list[ReplayTarget]:
+    if spec.dead_letters:
+        letters = [run for name, run in context.runs.items() if context.outcomes[name] in _DEAD]
+        letters.sort(key=lambda run: (run.latest.slot or context.now, run.name))
+        return [_target(run) for run in letters[:MAX_TARGETS]]
+    by_job = {job.name: run for run in context.runs.values() for job in run.attempts}
+    targets = []
+    for index, name in enumerate(spec.runs):
+        run = context.runs.get(name) or by_job.get(name)
+        if run is None:
+            raise RequestError(
+                f"spec.replay.runs[{index}]: {context.name} has no run or Job named {name} "
+                "(its Jobs may be gone: history limits, TTL)"
+            )
+        targets.append(_target(run))
+    return targets
+
+
+def _target(run: Run) -> ReplayTarget:
+    first = run.attempts[0]
+    assert first.slot is not None, "a trusted Job has a slot"
+    return ReplayTarget(run.name, first.slot, first.run_now_token)
+
+
+def _record_results(
+    context: RequestContext,
+    request: RunRequestView,
+    status: dict[str, Any],
+    by_index: dict[int, Run],
+) -> int:
+    """Record in `status` the result of every started target whose run ended; the number still
+    going on. The Jobs of runs whose result the persisted status lacks are kept from history."""
+    persisted = parse_indexes(request.status.get("succeededIndexes")) | parse_indexes(
+        request.status.get("failedIndexes")
+    )
+    succeeded = parse_indexes(status.get("succeededIndexes"))
+    failed = parse_indexes(status.get("failedIndexes"))
+    active = 0
+    for index in range(count(status, "started")):
+        run = by_index.get(index)
+        if run is not None and index not in persisted:
+            context.keep.update(job.uid for job in run.attempts)
+        if index in succeeded or index in failed:
+            continue
+        outcome = context.outcomes.get(run.name) if run is not None else None
+        if outcome is RunOutcome.SUCCEEDED:
+            succeeded.add(index)
+        elif outcome in ONGOING:
+            active += 1
+        else:  # failed, dead-lettered, deleted; or its Jobs are gone (a user forced them)
+            failed.add(index)
+    _set_indexes(status, "succeeded", succeeded)
+    _set_indexes(status, "failed", failed)
+    return active
+
+
+def _set_indexes(status: dict[str, Any], result: str, indexes: set[int]) -> None:
+    status[result] = len(indexes)
+    if indexes:
+        status[f"{result}Indexes"] = format_indexes(indexes)
+    else:
+        status.pop(f"{result}Indexes", None)
+
+
+def _start_targets(
+    context: RequestContext,
+    request: RunRequestView,
+    spec: RequestSpec,
+    status: dict[str, Any],
+    decision: Decision,
+) -> int:
+    """Start the next targets the request's policy allows; how many were started. A suspended
+    ScheduledJob starts none (its requests wait, as its slots do not)."""
+    total, started = count(status, "total"), count(status, "started")
+    if context.spec.suspend or started >= total:
+        return 0
+    if spec.action is RequestAction.BACKFILL:
+        if status.get("observedSchedule") != context.spec.trigger_key:
+            message = (
+                f"the schedule changed while the backfill ran: {total - started} of {total} "
+                "slot(s) were not run"
+            )
+            _fail(request, status, message, decision)
+            return 0
+        slots = _window(context, spec)
+        targets = [ReplayTarget("", slot) for slot in slots]
+    else:
+        replays = replay_targets(status)
+        if replays is None or len(replays) != total:
+            _fail(request, status, "status.targets was edited; the request cannot go on", decision)
+            return 0
+        targets = replays
+    if spec.policy is RequestPolicy.FORBID:
+        budget = 0 if context.busy else 1
+    else:
+        budget = MAX_STARTS_PER_DECISION
+    trigger = TRIGGER_BACKFILL if spec.action is RequestAction.BACKFILL else TRIGGER_REPLAY
+    begun = 0
+    while started < min(total, len(targets)):
+        target = targets[started]
+        name = request_job_name(context.name, trigger, request.uid, started)
+        run = PlannedRun(
+            name,
+            target.slot,
+            trigger,
+            target.run_now_token,
+            max_attempts=context.max_attempts,
+            request=RequestTarget(request.name, request.uid, started),
+        )
+        existing = next((job for job in context.owned if job.name == name), None)
+        if existing is not None:
+            # Created before the cursor was written (a crash, a lost response): recorded, and
+            # whatever the policy says now, it ran.
+            decision.recorded.append((run, existing))
+            started, begun = started + 1, begun + 1
+            continue
+        if not budget:
+            break
+        if name in context.taken:
+            failed = parse_indexes(status.get("failedIndexes")) | {started}
+            _set_indexes(status, "failed", failed)
+            decision.events.append(
+                EventRecord(
+                    EventType.WARNING,
+                    "RequestConflict",
+                    f"target {started} not run: Job {name} exists and was not created by cronlease",
+                    request.ref,
+                )
+            )
+            started += 1
+            budget -= 1
+            continue
+        decision.runs.append(run)
+        started, budget, begun = started + 1, budget - 1, begun + 1
+        context.busy = True
+    status["started"] = started
+    if started < total and spec.policy is RequestPolicy.ALLOW:
+        decision.wake_at = context.now  # the rest of the targets, in the next decision
+    return begun
+
+
+def _mark_replayed(
+    context: RequestContext,
+    status: dict[str, Any],
+    by_index: dict[int, Run],
+    decision: Decision,
+) -> None:
+    """A dead letter whose replay has a run is a dead letter no more: labelled replayed, it is
+    history again (kept by the history limits, not by its retention). Checked for every started
+    target, so that a label write lost with a crash is made by the next decision."""
+    replays = replay_targets(status) or []
+    planned = {run.request.index for run in decision.runs if run.request is not None}
+    for index, target in enumerate(replays[: count(status, "started")]):
+        if index not in by_index and index not in planned:
+            continue
+        original = context.runs.get(target.run)
+        if original is not None and context.outcomes[target.run] in _DEAD:
+            latest = original.latest
+            decision.labels.append(
+                PlannedLabel(latest.name, latest.uid, LABEL_DEAD_LETTER, DEAD_LETTER_REPLAYED)
+            )
+
+
+def _fail(
+    request: RunRequestView, status: dict[str, Any], message: str, decision: Decision
+) -> None:
+    """The request cannot go on: said once, in its status and in one Warning Event."""
+    if status.get("phase") == RequestPhase.FAILED and status.get("message") == message:
+        return
+    status.update(phase=RequestPhase.FAILED.value, message=message)
+    decision.events.append(EventRecord(EventType.WARNING, "RequestFailed", message, request.ref))
