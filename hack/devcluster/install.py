@@ -41,7 +41,7 @@ def install_chart(
     if result.returncode != 0:
         raise RuntimeError(f"helm install failed: {result.stderr.strip()}")
     kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/scheduledjobs.cronlease.io")  # fmt: skip
+            "crd/scheduledjobs.cronlease.io", "crd/runrequests.cronlease.io")  # fmt: skip
 
 
 def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:

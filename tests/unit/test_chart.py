@@ -93,7 +93,10 @@ def test_chart_crd_is_identical_to_crds_dir() -> None:
     """crds/ is the CRD's one source; the chart carries a copy because Helm reads nothing outside
     the chart's directory."""
     crds = sorted((REPO / "crds").glob("*.yaml"))
-    assert [crd.name for crd in crds] == ["cronlease.io_scheduledjobs.yaml"]
+    assert [crd.name for crd in crds] == [
+        "cronlease.io_runrequests.yaml",
+        "cronlease.io_scheduledjobs.yaml",
+    ]
     for crd in crds:
         assert (CHART / "files" / crd.name).read_text() == crd.read_text(), crd.name
     assert not (CHART / "crds").exists(), "Helm never upgrades crds/: the CRD is a template"
@@ -369,8 +372,17 @@ def test_artifact_hub_annotations_parse() -> None:
     assert chart["kubeVersion"] == ">=1.30.0-0"
 
 
-def crd_of(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    return next((d for d in docs if d["kind"] == "CustomResourceDefinition"), None)
+def crd_of(
+    docs: list[dict[str, Any]], name: str = "scheduledjobs.cronlease.io"
+) -> dict[str, Any] | None:
+    return next(
+        (
+            d
+            for d in docs
+            if d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] == name
+        ),
+        None,
+    )
 
 
 @needs_helm
@@ -424,12 +436,13 @@ def test_scheduledjobs_join_the_view_edit_and_admin_roles() -> None:
 
     assert joins("cronlease-view") == {"view", "edit", "admin"}
     assert joins("cronlease-edit") == {"edit", "admin"}
-    reads = {
-        (r, v) for r in ("scheduledjobs", "scheduledjobs/status") for v in ("get", "list", "watch")
-    }
+    resources = ("scheduledjobs", "scheduledjobs/status", "runrequests", "runrequests/status")
+    reads = {(r, v) for r in resources for v in ("get", "list", "watch")}
     assert grants("cronlease-view") == reads
     writes = {"create", "update", "patch", "delete", "deletecollection"}
-    assert grants("cronlease-edit") == {("scheduledjobs", verb) for verb in writes}
+    assert grants("cronlease-edit") == {("scheduledjobs", verb) for verb in writes} | {
+        ("runrequests", verb) for verb in ("create", "delete", "deletecollection")
+    }
     # Status is the operator's (and its fence's): no user role writes it.
     assert not aggregated(documents(render("--set", "rbac.aggregate=false")))
 
