@@ -619,7 +619,7 @@ def _times(text: str | None) -> list[datetime]:
 
 
 # What recentRuns says of a run, by its outcome.
-_RESULTS = {
+RESULTS = {
     RunOutcome.ACTIVE: "Active",
     RunOutcome.SUCCEEDED: "Succeeded",
     RunOutcome.FAILED: "Failed",
@@ -652,7 +652,7 @@ def _recent_runs(
             pass  # its later attempts are gone: the entry keeps what it said of them
         elif run is not None:
             latest = run.latest
-            result = _RESULTS[outcomes[name]]
+            result = RESULTS[outcomes[name]]
             if result == "Succeeded" and entry.get("result") in _UNFINISHED and latest.attempt > 1:
                 decision.events.append(
                     EventRecord(
@@ -783,7 +783,7 @@ def _one_off_outcome(
     if known:
         if any(outcome in ONGOING for outcome in known):
             return None
-        return f"Run{_RESULTS[known[-1]]}"
+        return f"Run{RESULTS[known[-1]]}"
     recorded = [
         r for r in status.get("recentRuns") or [] if r.get("slot") == format_time(spec.run_at)
     ]

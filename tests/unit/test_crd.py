@@ -148,7 +148,7 @@ def test_status(schema: dict[str, Any]) -> None:
     assert status["active"]["x-kubernetes-list-type"] == "atomic"
     assert status["recentRuns"]["maxItems"] == 10
     run = status["recentRuns"]["items"]["properties"]
-    assert run["trigger"]["enum"] == ["Schedule", "Manual"]
+    assert run["trigger"]["enum"] == ["Schedule", "Manual", "Replay", "Backfill"]
     assert run["result"]["enum"] == [
         "Active",
         "Succeeded",
@@ -160,3 +160,15 @@ def test_status(schema: dict[str, Any]) -> None:
     assert status["slotsSkipped"]["additionalProperties"]["format"] == "int64"
     for name in ("lastScheduleTime", "lastSuccessfulTime", "nextScheduleTime", "processedUntil"):
         assert status[name]["format"] == "date-time"
+
+
+def test_every_trigger_and_result_the_operator_writes_is_in_the_schema(
+    schema: dict[str, Any],
+) -> None:
+    """A value the schema does not list makes the API server refuse the whole status write."""
+    from cronlease.naming import REQUEST_TRIGGERS, TRIGGER_MANUAL, TRIGGER_SCHEDULE
+    from cronlease.reconcile import RESULTS
+
+    entry = schema["properties"]["status"]["properties"]["recentRuns"]["items"]["properties"]
+    assert {TRIGGER_SCHEDULE, TRIGGER_MANUAL, *REQUEST_TRIGGERS} == set(entry["trigger"]["enum"])
+    assert set(RESULTS.values()) | {"Deleted"} == set(entry["result"]["enum"])
