@@ -156,6 +156,7 @@ def test_status(schema: dict[str, Any]) -> None:
         "Deleted",
         "Retrying",
         "DeadLettered",
+        "Replayed",
     ]
     assert status["slotsSkipped"]["additionalProperties"]["format"] == "int64"
     for name in ("lastScheduleTime", "lastSuccessfulTime", "nextScheduleTime", "processedUntil"):
