@@ -30,6 +30,7 @@ from cronlease.decision import (
     PlannedLabel,
     PlannedRelease,
     PlannedRun,
+    RequestStatus,
     ScheduledJobView,
 )
 from cronlease.events import EventRecorder, EventSeries
@@ -207,11 +208,7 @@ class Applier:
             if write is not None:
                 await self._write_status(write)
             for request in decision.requests:  # after the ScheduledJob's: its cursor first
-                request_write = self._status_write(
-                    request.ref, request.version, request.previous, request.status
-                )
-                if request_write is not None:
-                    await self._write_status(request_write)
+                await self._write_request_status(request)
             # Recorded now: the runs created and the existing Jobs recorded by this decision
             # (unless their runs may still need them: a later decision releases those).
             recorded = [
@@ -359,6 +356,22 @@ class Applier:
         self.model.name_taken(sj.namespace, sj.uid, info)
         raise Stale()
 
+    async def apply_requests(self, decision: Decision) -> Applied:
+        """Apply the RunRequest statuses and Events of a decision that has no ScheduledJob."""
+        try:
+            for event in decision.events:
+                if event.about is not None:
+                    self._event(event.about, event.type, event.reason, event.message)
+            for request in decision.requests:
+                await self._write_request_status(request)
+        except NotLeading:
+            return Applied(Outcome.NOT_LEADING)
+        except Stale:
+            return Applied(Outcome.STALE)
+        except (RetryLater, ApiError, TransportError) as error:
+            return Applied(Outcome.RETRY, error=str(error))
+        return Applied(Outcome.DONE)
+
     # The slot-record finalizer
 
     async def release(self, namespace: str, jobs: list[JobInfo]) -> Applied:
@@ -471,6 +484,11 @@ class Applier:
                 metrics.reconcile_errors.labels("status").inc()
                 raise RetryLater(f"writing {ref.kind} status: {error}") from error
             self._upsert(ref, updated)
+
+    async def _write_request_status(self, request: RequestStatus) -> None:
+        write = self._status_write(request.ref, request.version, request.previous, request.status)
+        if write is not None:
+            await self._write_status(write)
 
     def _upsert(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
         if ref.kind == REQUEST_KIND:

@@ -192,7 +192,9 @@ async def refuse_if_fenced(api: KubeApi, namespace: str, leadership: Leadership)
 
 
 def _count_result(job: dict[str, Any]) -> None:
-    metrics.job_results.labels(job_info(job).state.value).inc()
+    info = job_info(job)
+    # A label value from a Job's annotation only when trusted: one of four known triggers.
+    metrics.job_results.labels(info.state.value, info.trigger if info.trusted else "").inc()
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:

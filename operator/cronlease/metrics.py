@@ -16,7 +16,10 @@ slots_skipped = Counter(
     f"{PREFIX}_slots_skipped_total", "Slots recorded as skipped, by reason.", ["reason"]
 )
 job_results = Counter(
-    f"{PREFIX}_job_results_total", "Finished runs, by result (Succeeded, Failed).", ["result"]
+    f"{PREFIX}_job_results_total",
+    "Finished Jobs, by result (Succeeded, Failed) and trigger (Schedule, Manual, Replay, "
+    "Backfill); every replica counts them.",
+    ["result", "trigger"],
 )
 reconcile_errors = Counter(
     f"{PREFIX}_reconcile_errors_total",

@@ -120,7 +120,7 @@ def _advance(
     except RequestError as error:
         _fail(request, status, str(error), decision)
         return
-    if phase is None:
+    if phase in (None, RequestPhase.PENDING):
         try:
             _accept(context, request, spec, status, decision)
         except RequestError as error:
@@ -381,3 +381,23 @@ def _fail(
         return
     status.update(phase=RequestPhase.FAILED.value, message=message)
     decision.events.append(EventRecord(EventType.WARNING, "RequestFailed", message, request.ref))
+
+
+def plan_waiting(scheduled_job: str, requests: Sequence[RunRequestView]) -> Decision:
+    """The requests for a ScheduledJob that does not exist, or is being deleted: Pending, said
+    once (status and a Warning Event); accepted if it comes (GitOps may apply them first)."""
+    decision = Decision()
+    message = f"ScheduledJob {scheduled_job} not found (or being deleted)"
+    for request in requests:
+        if request.status.get("phase") not in (None, RequestPhase.PENDING) or (
+            request.status.get("message") == message
+        ):
+            continue
+        status = {**request.status, "phase": RequestPhase.PENDING.value, "message": message}
+        decision.requests.append(
+            RequestStatus(request.ref, request.version, request.status, status)
+        )
+        decision.events.append(
+            EventRecord(EventType.WARNING, "RequestPending", message, request.ref)
+        )
+    return decision

@@ -38,6 +38,7 @@ class RequestPolicy(enum.StrEnum):
 
 
 class RequestPhase(enum.StrEnum):
+    PENDING = "Pending"  # its ScheduledJob does not exist (yet): accepted once it does
     RUNNING = "Running"
     COMPLETE = "Complete"  # every target ran and ended (`failed` says how many failed)
     FAILED = "Failed"  # the request could not be carried out (`message` says why)

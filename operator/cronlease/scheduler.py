@@ -23,6 +23,7 @@ from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import parse_time
 from cronlease.reconcile import decide
+from cronlease.requestplan import plan_waiting
 from cronlease.runrequest import RunRequestView
 from cronlease.wakeups import WakeupQueue
 
@@ -124,15 +125,21 @@ class Scheduler:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
             # collector; a foreground deletion waits for them), and none may wait on us.
-            return await self.applier.release(key[0], self.model.releasable_held_jobs(key))
+            released = await self.applier.release(key[0], self.model.releasable_held_jobs(key))
+            if released.outcome is not Outcome.DONE:
+                return released
+            waiting = plan_waiting(key[1], self._requests(*key))
+            return await self.applier.apply_requests(waiting)
         return await self.applier.apply(obj, self.decide)
+
+    def _requests(self, namespace: str, name: str) -> list[RunRequestView]:
+        return [
+            RunRequestView.from_object(obj) for obj in self.model.runrequests_for(namespace, name)
+        ]
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
         jobs, now = self.model.jobs_for(sj.namespace, sj.name, sj.uid), self._clock()
-        requests = [
-            RunRequestView.from_object(obj)
-            for obj in self.model.runrequests_for(sj.namespace, sj.name)
-        ]
+        requests = self._requests(sj.namespace, sj.name)
         # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
         behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
         if now - behind > LONG_CATCH_UP:

@@ -200,3 +200,18 @@ def test_bad_requests_are_refused_at_apply_or_fail_with_one_event(
     changed = run_request("ghost", namespace, "daily", replay={"runs": ["daily-456"]})
     result = kube.run("apply", "-f", "-", stdin=json.dumps(changed), check=False)
     assert "spec is immutable" in result.stderr
+
+
+def test_a_request_for_a_scheduledjob_not_yet_applied_waits_then_runs(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    start, end = past_days(1)
+    window = {"from": stamp(start), "to": stamp(end)}
+    kube.apply(run_request("early", namespace, "later", backfill=window))
+    status = wait_for(
+        lambda: (s := request_status(kube, namespace, "early")).get("phase") and s, 20, "Pending"
+    )
+    assert status["phase"] == "Pending"
+    assert "ScheduledJob later not found" in status["message"]
+    kube.apply(scheduledjob("later", namespace, schedule=DAILY))
+    assert complete(kube, namespace, "early", 30)["succeeded"] == 1

@@ -47,6 +47,7 @@ from cronlease.naming import (
     scheduled_job_name,
 )
 from cronlease.reconcile import decide
+from cronlease.requestplan import plan_waiting
 from cronlease.runenv import idempotency_key
 from cronlease.runrequest import (
     RequestAction,
@@ -430,3 +431,18 @@ async def test_each_target_runs_once_across_lost_writes_and_a_new_leader() -> No
     status = leader.request_status("fill")
     assert (status["phase"], status["succeededIndexes"]) == ("Complete", "0-4")
     assert all(not obj["metadata"].get("finalizers") for obj in leader.jobs())
+
+
+def test_a_request_for_a_missing_scheduledjob_waits_pending_then_starts() -> None:
+    waiting = request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 9)))
+    decision = plan_waiting(NAME, [waiting])
+    (written,) = decision.requests
+    assert written.status["phase"] == "Pending"
+    assert "ScheduledJob backup not found" in written.status["message"]
+    assert event_reasons(decision) == ["RequestPending"]
+    pending = dataclasses.replace(waiting, status=written.status)
+    assert plan_waiting(NAME, [pending]).requests == []  # said once
+    world = World(sj(), pending)  # the ScheduledJob is applied after all
+    assert len(world.step().runs) == 1
+    world.step()
+    assert world.status()["phase"] == "Complete"
