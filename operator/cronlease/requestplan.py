@@ -384,20 +384,25 @@ def _fail(
 
 
 def plan_waiting(scheduled_job: str, requests: Sequence[RunRequestView]) -> Decision:
-    """The requests for a ScheduledJob that does not exist, or is being deleted: Pending, said
-    once (status and a Warning Event); accepted if it comes (GitOps may apply them first)."""
+    """The requests for a ScheduledJob that does not exist, or is being deleted. One not yet
+    accepted is Pending, said once (status and a Warning Event), and accepted if the ScheduledJob
+    comes (GitOps may apply them first); one that was running fails: its runs went with it."""
     decision = Decision()
-    message = f"ScheduledJob {scheduled_job} not found (or being deleted)"
     for request in requests:
-        if request.status.get("phase") not in (None, RequestPhase.PENDING) or (
-            request.status.get("message") == message
-        ):
+        phase = request.status.get("phase")
+        if phase in (None, RequestPhase.PENDING):
+            new_phase, reason = RequestPhase.PENDING, "RequestPending"
+            message = f"ScheduledJob {scheduled_job} not found (or being deleted)"
+        elif phase == RequestPhase.RUNNING:
+            new_phase, reason = RequestPhase.FAILED, "RequestFailed"
+            message = f"ScheduledJob {scheduled_job} was deleted while the request ran"
+        else:
             continue
-        status = {**request.status, "phase": RequestPhase.PENDING.value, "message": message}
+        if request.status.get("message") == message:
+            continue
+        status = {**request.status, "phase": new_phase.value, "message": message}
         decision.requests.append(
             RequestStatus(request.ref, request.version, request.status, status)
         )
-        decision.events.append(
-            EventRecord(EventType.WARNING, "RequestPending", message, request.ref)
-        )
+        decision.events.append(EventRecord(EventType.WARNING, reason, message, request.ref))
     return decision

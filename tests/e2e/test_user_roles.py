@@ -104,3 +104,43 @@ def test_view_reads_but_does_not_write(crd: str, kube: Kube, namespace: str) -> 
         "-p", '{"spec": {"suspend": true}}', check=False,
     )  # fmt: skip
     assert refused(result), result.stderr
+
+
+def test_a_runrequester_asks_for_runs_and_edits_no_scheduledjob(
+    crd: str, kube: Kube, namespace: str
+) -> None:
+    """The chart's `<release>-runrequester`, bound in one namespace: RunRequests yes, the
+    ScheduledJob's spec no; the request's status is the operator's alone (its fence)."""
+    kube.create(scheduledjob("nightly", namespace, schedule="0 0 1 1 *"))
+    user = f"oncall-{namespace}"
+    kube.run(
+        "create", "rolebinding", "oncall", "--clusterrole=cronlease-runrequester",
+        f"--user={user}", "-n", namespace,
+    )  # fmt: skip
+    oncall = kube.as_user(user)
+    wait_for(
+        lambda: oncall.run("auth", "can-i", "create", "runrequests.cronlease.io", "-n", namespace,
+                           check=False).stdout.strip() == "yes",
+        30,
+        "the RoleBinding in effect",
+    )  # fmt: skip
+    request = {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "RunRequest",
+        "metadata": {"name": "again", "namespace": namespace},
+        "spec": {"scheduledJobName": "nightly", "replay": {"deadLetters": True}},
+    }
+    oncall.run("create", "-f", "-", stdin=json.dumps(request))
+    assert oncall.json("get", "runrequests", "-n", namespace)["items"]
+    suspend = oncall.run(
+        "patch", "scheduledjob", "nightly", "-n", namespace, "--type=merge",
+        "-p", '{"spec": {"suspend": true}}', check=False,
+    )  # fmt: skip
+    assert refused(suspend), suspend.stderr
+    status = ["patch", "runrequest", "again", "-n", namespace, "--subresource=status",
+              "--type=merge", "-p", '{"status": {"started": 5}}']  # fmt: skip
+    assert refused(oncall.run(*status, check=False))
+    forged = kube.run(*status, check=False)  # even the cluster's admin: the fence says no
+    assert forged.returncode != 0
+    assert "cronlease fencing" in forged.stderr, forged.stderr
+    oncall.run("delete", "runrequest", "again", "-n", namespace)

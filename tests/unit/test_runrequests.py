@@ -446,3 +446,11 @@ def test_a_request_for_a_missing_scheduledjob_waits_pending_then_starts() -> Non
     assert len(world.step().runs) == 1
     world.step()
     assert world.status()["phase"] == "Complete"
+
+
+def test_a_running_request_whose_scheduledjob_is_deleted_fails() -> None:
+    running = request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 9)), {"phase": "Running"})
+    decision = plan_waiting(NAME, [running])
+    (written,) = decision.requests
+    assert (written.status["phase"], event_reasons(decision)) == ("Failed", ["RequestFailed"])
+    assert "was deleted" in written.status["message"]
