@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from devcluster.replica import OperatorProcess
@@ -12,6 +14,7 @@ from kube import (
     Kube,
     creation_time,
     jobs_of,
+    leader_of,
     parse_time,
     scheduled_at,
     scheduledjob,
@@ -215,3 +218,47 @@ def test_a_request_for_a_scheduledjob_not_yet_applied_waits_then_runs(
     assert "ScheduledJob later not found" in status["message"]
     kube.apply(scheduledjob("later", namespace, schedule=DAILY))
     assert complete(kube, namespace, "early", 30)["succeeded"] == 1
+
+
+def test_leader_kills_during_a_backfill_with_retries_lose_and_double_nothing(
+    kube: Kube, namespace: str, started: list[OperatorProcess], operator_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Two replicas; every run's first attempt fails and its second succeeds; the leader is
+    SIGKILLed twice while the backfill goes on. Each of the 10 targets: attempts 1 and 2, once."""
+    for i in range(2):
+        started.append(OperatorProcess(operator_kubeconfig, tmp_path, f"replica-{i}"))
+        started[-1].start()
+    retry = {"maxAttempts": 3, "backoff": {"initialSeconds": 1, "factor": 1}}
+    kube.apply(
+        scheduledjob(
+            "nightly", namespace, schedule=DAILY, fail_attempts=[1], retry=retry,
+            successfulJobsHistoryLimit=100, failedJobsHistoryLimit=100,
+        )
+    )  # fmt: skip
+    start, end = past_days(10)
+    kube.apply(
+        run_request("fill", namespace, "nightly", backfill={"from": stamp(start), "to": stamp(end)})
+    )
+    for progress in (3, 6):
+        wait_for(
+            lambda p=progress: len(request_jobs(kube, namespace, "fill")) >= 2 * p - 1,
+            60,
+            f"target {progress} under way",
+        )
+        leader = leader_of(started, kube)
+        leader.stop(signal.SIGKILL)
+        leader.start()  # back as a standby
+    status = complete(kube, namespace, "fill", 120)
+    assert (status["succeeded"], status["failed"]) == (10, 0)
+    jobs = request_jobs(kube, namespace, "fill")
+    seen = sorted(
+        (
+            int(job["metadata"]["annotations"]["cronlease.io/request-index"]),
+            int(job["metadata"]["labels"]["cronlease.io/attempt"]),
+        )
+        for job in jobs
+    )
+    assert seen == [(index, attempt) for index in range(10) for attempt in (1, 2)]
+    writers = {job["metadata"]["annotations"]["cronlease.io/leader"] for job in jobs}
+    assert len(writers) >= 2  # the backfill went on under more than one leader
