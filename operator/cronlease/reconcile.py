@@ -595,7 +595,11 @@ def _write_status(
         status["lastSuccessfulTime"] = format_time(last_success)
     next_slot = None if spec.suspend else _next_slot(spec, cursor, now)
     status["nextScheduleTime"] = format_time(next_slot) if next_slot else None
-    first_attempts = [run for run in [*decision.runs, *recorded] if run.attempt == 1]
+    # Runs of slots and run-nows: a request counts its own runs (its cursor is in its status;
+    # counted here too, a run whose request's write was lost would be counted again).
+    first_attempts = [
+        run for run in [*decision.runs, *recorded] if run.attempt == 1 and run.request is None
+    ]
     status["runsCreated"] = int(status.get("runsCreated", 0)) + len(first_attempts)
     skipped = dict(status.get("slotsSkipped") or {})
     for skip in decision.skips:

@@ -110,28 +110,34 @@ def plan_requests(
 def _advance(
     context: RequestContext, request: RunRequestView, status: dict[str, Any], decision: Decision
 ) -> None:
-    phase = status.get("phase")
-    if phase == RequestPhase.FAILED and not count(status, "started"):
-        return  # refused at acceptance: nothing ran, nothing will
-    if phase == RequestPhase.COMPLETE:
+    if status.get("phase") == RequestPhase.COMPLETE:
         return
-    try:
-        spec = parse_request_spec(request.spec)
-    except RequestError as error:
-        _fail(request, status, str(error), decision)
-        return
-    if phase in (None, RequestPhase.PENDING):
-        try:
-            _accept(context, request, spec, status, decision)
-        except RequestError as error:
-            _fail(request, status, str(error), decision)
-            return
     by_index = {
         run.attempts[0].request_index: run
         for run in context.runs.values()
         if run.attempts[0].request_uid == request.uid
     }
+    spec: RequestSpec | None = None
+    try:
+        spec = parse_request_spec(request.spec)
+    except RequestError as error:
+        _fail(request, status, str(error), decision)
+    if spec is not None and status.get("phase") in (None, RequestPhase.PENDING):
+        # Accepted in a decision of its own, which starts no target: a target's Job exists only
+        # once the acceptance (its total, its targets) is persisted, so no later decision, at
+        # another "now", can judge the request afresh and disown a Job it already made.
+        try:
+            _accept(context, request, spec, status, decision)
+        except RequestError as error:
+            _fail(request, status, str(error), decision)
+        return
+    if status.get("phase") == RequestPhase.FAILED and not by_index:
+        return  # nothing of it runs, nothing will
+    # Results, whatever the phase: a request that failed still records the runs it made, so that
+    # their Jobs are released.
     active = _record_results(context, request, status, by_index)
+    if spec is None:
+        return
     if status.get("phase") == RequestPhase.RUNNING:
         active += _start_targets(context, request, spec, status, decision)
     if spec.action is RequestAction.REPLAY:
@@ -248,7 +254,8 @@ def _record_results(
     succeeded = parse_indexes(status.get("succeededIndexes"))
     failed = parse_indexes(status.get("failedIndexes"))
     active = 0
-    for index in range(count(status, "started")):
+    # The runs below the cursor, and any above it (made before a cursor write that was lost).
+    for index in sorted(set(range(count(status, "started"))) | set(by_index)):
         run = by_index.get(index)
         if run is not None and index not in persisted:
             context.keep.update(job.uid for job in run.attempts)

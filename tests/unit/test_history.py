@@ -4,7 +4,8 @@ Hypothesis drives one ScheduledJob through any interleaving of time passing, dec
 current or a lagging model), creates and status writes whose responses are lost or refused,
 Jobs succeeding and failing (with retries, or without), deletions by TTL, by users and by
 history cleanup, orphaning, corrupted annotations and labels, leader crashes and handovers, and
-host clock jumps. After every step:
+host clock jumps, and backfill requests (made, deleted, their status writes lost). After every
+step:
 - no slot ever had two Jobs, and no attempt two: no Job name was stored twice in the server's
   whole history, and no run has more attempts than spec.retry allows;
 - the status accounts for every slot up to its cursor exactly once: runs + skips = slots, where
@@ -35,10 +36,12 @@ from hypothesis.stateful import (
 from shell import Shell
 
 from cronlease.jobinfo import job_info
-from cronlease.kube import JOBS, SCHEDULEDJOBS
+from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
 from cronlease.leadership import SoleLeader
 from cronlease.naming import (
     ANNOTATION_MAX_ATTEMPTS,
+    ANNOTATION_REQUEST_INDEX,
+    ANNOTATION_REQUEST_UID,
     ANNOTATION_SCHEDULED_AT,
     FINALIZER_SLOT_RECORD,
     LABEL_ATTEMPT,
@@ -77,6 +80,7 @@ class History(RuleBasedStateMachine):
         self.shells: list[Shell] = []
         self.shell = self._leader()
         self.fed = 0  # how much of the server's history the model has been fed
+        self.requests = 0  # RunRequests made so far
         self.watch = _Watch(JOBS, NAMESPACE, LABEL_SCHEDULEDJOB)
 
     def _leader(self) -> Shell:
@@ -131,6 +135,12 @@ class History(RuleBasedStateMachine):
                 if change.event_type != "DELETED":
                     model.upsert_scheduledjob(change.obj)
                 continue
+            if change.resource == RUNREQUESTS:
+                if change.event_type == "DELETED":
+                    model.delete_runrequest(change.obj)
+                else:
+                    model.upsert_runrequest(change.obj)
+                continue
             line = _seen_by(self.watch, change)
             if line is None:
                 continue
@@ -142,7 +152,10 @@ class History(RuleBasedStateMachine):
         self.fed = len(self.server.history)
 
     def jobs(self) -> list[dict[str, Any]]:
-        return self.server.items(*JOBS, NAMESPACE)
+        """In the order they were stored: a request's Job names hash its uid, which is random,
+        and a draw must not depend on it (Hypothesis replays a failure by its draws)."""
+        jobs = self.server.items(*JOBS, NAMESPACE)
+        return sorted(jobs, key=lambda job: int(job["metadata"]["resourceVersion"]))
 
     @rule(seconds=st.integers(1, 30))
     def host_clock_jumps_back(self, seconds: int) -> None:
@@ -228,6 +241,39 @@ class History(RuleBasedStateMachine):
             return
         self.server.edit(*JOBS, NAMESPACE, job["metadata"]["name"], patch)
 
+    @rule(
+        back=st.integers(1, 12),
+        length=st.integers(0, 4),
+        policy=st.sampled_from(["Forbid", "Allow"]),
+        status_lost=st.booleans(),
+    )
+    def a_user_asks_for_a_backfill(
+        self, back: int, length: int, policy: str, status_lost: bool
+    ) -> None:
+        """A RunRequest for a past window of up to 5 slots (some before the ScheduledJob was
+        created); the next write of a request's status may be lost."""
+        end = self.now - timedelta(seconds=PERIOD * back)
+        start = end - timedelta(seconds=PERIOD * length)
+        window = {"from": format_time(start), "to": format_time(end)}
+        self.requests += 1
+        spec = {"scheduledJobName": NAME, "backfill": window, "concurrencyPolicy": policy}
+        self.server.put(
+            {
+                "apiVersion": "cronlease.io/v1alpha1",
+                "kind": "RunRequest",
+                "metadata": {"name": f"fill-{self.requests}", "namespace": NAMESPACE},
+                "spec": spec,
+            }
+        )
+        if status_lost:
+            self.server.lose("PATCH", r"runrequests/.*/status$")
+
+    @precondition(lambda self: bool(self.server.items(*RUNREQUESTS, NAMESPACE)))
+    @rule(data=st.data())
+    def a_user_deletes_a_request(self, data: st.DataObject) -> None:
+        request = data.draw(st.sampled_from(self.server.items(*RUNREQUESTS, NAMESPACE)))
+        self.server.remove(*RUNREQUESTS, NAMESPACE, request["metadata"]["name"])
+
     @rule(crash=st.booleans())
     def a_new_leader(self, crash: bool) -> None:
         """A crash (or a graceful handover): the next leader starts from a listing, cold."""
@@ -277,8 +323,10 @@ class History(RuleBasedStateMachine):
                 self.server.faults.clear()
                 # Every run is let finish: whatever is active succeeds, attempts still due are
                 # made (time passes beyond any delay) and succeed, until nothing is left to do;
-                # the last rounds make no new slot due, only end the runs and release them.
-                for round_ in range(6):
+                # the later rounds make no new slot due, only end the runs (a backfill's one by
+                # one) and release them, until a round changes nothing.
+                for round_ in range(100):
+                    before = len(self.server.history)
                     self.sync()
                     self.reconcile()
                     self.sync()
@@ -289,9 +337,12 @@ class History(RuleBasedStateMachine):
                     if round_ < 3:
                         self.now += timedelta(seconds=30)
                         self.shell.now = self.now
+                    elif len(self.server.history) == before:
+                        break
                 self.sync()
                 self.nothing_recorded_is_held()
                 self.no_attempt_was_lost()
+                self.every_target_ran()
         finally:
             for shell in self.shells:
                 self.run(shell.applier.drain())
@@ -314,6 +365,24 @@ class History(RuleBasedStateMachine):
             if int(labels.get(LABEL_ATTEMPT, "1")) < allowed:
                 assert labels.get(LABEL_RETRIED) == "true", metadata
 
+    def every_target_ran(self) -> None:
+        """A request still there has ended; if it completed, each of its targets had a Job."""
+        made: dict[str, set[int]] = {}
+        for _, change in self.server.history:
+            if change.resource == JOBS and change.event_type == "ADDED":
+                annotations = change.obj["metadata"].get("annotations") or {}
+                if ANNOTATION_REQUEST_UID in annotations:
+                    made.setdefault(annotations[ANNOTATION_REQUEST_UID], set()).add(
+                        int(annotations[ANNOTATION_REQUEST_INDEX])
+                    )
+        for request in self.server.items(*RUNREQUESTS, NAMESPACE):
+            status = request.get("status") or {}
+            assert status.get("phase") in ("Complete", "Failed"), request
+            if status["phase"] == "Complete":
+                expected = set(range(status["total"]))
+                assert made.get(request["metadata"]["uid"], set()) == expected, request
+                assert status["succeeded"] + status["failed"] == status["total"], request
+
     def nothing_recorded_is_held(self) -> None:
         obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)
         processed = parse_time(((obj or {}).get("status") or {}).get("processedUntil"))
@@ -323,6 +392,7 @@ class History(RuleBasedStateMachine):
                 continue
             if (metadata.get("labels") or {}).get(LABEL_DEAD_LETTER) == "true":
                 continue  # kept, held, until its retention passes (or its ScheduledJob goes)
+            assert ANNOTATION_REQUEST_UID not in (metadata.get("annotations") or {}), metadata
             slot = parse_time((metadata.get("annotations") or {}).get(ANNOTATION_SCHEDULED_AT))
             assert processed is not None, metadata
             assert slot is not None, metadata

@@ -131,6 +131,12 @@ class World:
             )
         return decision
 
+    def accept(self) -> Decision:
+        """The decision that accepts the requests: it fixes their targets and starts none."""
+        decision = self.step()
+        assert decision.runs == []
+        return decision
+
     def status(self, name: str = "fill") -> dict[str, Any]:
         return next(r.status for r in self.requests if r.name == name)
 
@@ -195,7 +201,7 @@ def test_indexes_are_compressed_and_unreadable_ones_ignored() -> None:
 
 def test_a_backfill_runs_each_slot_of_its_window_once_in_order() -> None:
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 18))))
-    first = world.step()
+    first = world.accept()
     assert "RequestAccepted" in event_reasons(first)
     assert world.status()["total"] == 10
     for _ in range(12):
@@ -214,6 +220,7 @@ def test_a_backfill_runs_each_slot_of_its_window_once_in_order() -> None:
 def test_forbid_starts_one_target_at_a_time_and_only_when_no_run_is_active() -> None:
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 11))))
     world.jobs.append(job("other", state=JobState.ACTIVE, slot=utc(2026, 1, 5, 19)))
+    world.accept()
     world.step()
     assert world.created == []  # a run of the ScheduledJob is active
     world.jobs = []
@@ -224,6 +231,7 @@ def test_forbid_starts_one_target_at_a_time_and_only_when_no_run_is_active() -> 
 
 def test_allow_starts_every_target_at_once() -> None:
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 18), **ALLOW)))
+    world.accept()
     assert len(world.step(finish=None).runs) == 10
     assert world.status()["started"] == 10
 
@@ -234,8 +242,10 @@ ALLOW = {"concurrencyPolicy": "Allow"}
 def test_a_slot_whose_job_exists_is_recorded_not_created_again() -> None:
     """The create succeeded, the request's status write was lost (a crash, a failover)."""
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 10))))
+    world.accept()
+    accepted = world.status()
     first = world.step(finish=None)
-    world.requests = [dataclasses.replace(r, status={}) for r in world.requests]  # write lost
+    world.requests = [dataclasses.replace(r, status=accepted) for r in world.requests]  # lost
     again = world.step(finish=None)
     assert again.runs == []
     assert names(run for run, _ in again.recorded) == names(first.runs)
@@ -265,12 +275,14 @@ def test_a_request_that_cannot_be_carried_out_fails_once_with_one_event(
 
 def test_an_empty_window_completes_at_once() -> None:
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9, 10), utc(2026, 1, 5, 9, 20))))
+    world.accept()
     world.step()
     assert (world.status()["phase"], world.status()["total"]) == ("Complete", 0)
 
 
 def test_a_suspended_scheduledjob_starts_no_target_until_resumed() -> None:
     world = World(sj(suspend=True), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 9))))
+    world.accept()
     world.step()
     assert world.created == []
     assert world.status()["phase"] == "Running"
@@ -278,6 +290,7 @@ def test_a_suspended_scheduledjob_starts_no_target_until_resumed() -> None:
 
 def test_a_schedule_edit_stops_the_backfill() -> None:
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 12))))
+    world.accept()
     world.step(finish=None)
     world.sj = dataclasses.replace(world.sj, spec={**world.sj.spec, "schedule": "30 * * * *"})
     decision = world.step(finish=None)
@@ -292,6 +305,7 @@ def test_a_schedule_edit_stops_the_backfill() -> None:
 def test_a_request_run_stays_held_and_kept_until_its_result_is_recorded() -> None:
     raw = backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 10))
     world = World(sj(successfulJobsHistoryLimit=0), request(raw))
+    world.accept()
     world.step()  # index 0 created, and (in this world) succeeded at once
     target = world.jobs[0]
     recording = decide(world.sj, world.jobs, NOW, world.requests)
@@ -307,6 +321,7 @@ def test_a_request_run_stays_held_and_kept_until_its_result_is_recorded() -> Non
 
 def test_a_deleted_request_is_cancelled_its_jobs_released_and_nothing_more_started() -> None:
     world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 12))))
+    world.accept()
     world.step(finish=None)
     held = world.jobs[0]
     world.requests = []
@@ -339,12 +354,13 @@ def test_a_replay_of_the_dead_letters_keeps_their_slots_and_idempotency_keys() -
     letters = dead_letter(utc(2026, 1, 5, 9)) + dead_letter(utc(2026, 1, 5, 10))
     world = World(sj(retry=RETRY), request({"replay": {"deadLetters": True}}, name="again"))
     world.jobs = list(letters)
-    first = world.step()
+    world.accept()
     assert world.status("again")["total"] == 2
     assert [t["slot"] for t in world.status("again")["targets"]] == [
         "2026-01-05T09:00:00Z",
         "2026-01-05T10:00:00Z",
     ]
+    first = world.step()
     (run,) = first.runs
     assert (run.trigger, run.slot) == (TRIGGER_REPLAY, utc(2026, 1, 5, 9))
     assert run.request == RequestTarget("again", "uid-again", 0)
@@ -369,12 +385,14 @@ def test_a_replay_names_a_run_by_its_name_or_any_of_its_jobs() -> None:
     for named in (letters[0].name, letters[1].name):
         world = World(sj(retry=RETRY), request({"replay": {"runs": [named]}}))
         world.jobs = list(letters)
+        world.accept()
         assert names(world.step().runs) == [request_job_name(NAME, TRIGGER_REPLAY, REQUEST_UID, 0)]
 
 
 def test_a_replay_run_that_fails_is_retried_and_dead_lettered_itself() -> None:
     world = World(sj(retry=RETRY), request({"replay": {"deadLetters": True}}))
     world.jobs = dead_letter(utc(2026, 1, 5, 9))
+    world.accept()
     world.step(finish=JobState.FAILED)
     retry = world.step(NOW + timedelta(seconds=11), finish=JobState.FAILED)
     (second,) = retry.runs
@@ -415,6 +433,8 @@ async def test_each_target_runs_once_across_lost_writes_and_a_new_leader() -> No
     shell.create("report")
     window = {"from": format_time(SLOT), "to": format_time(SLOT + timedelta(minutes=4))}
     shell.request("fill", scheduledJobName="report", backfill=window, concurrencyPolicy="Allow")
+    assert (await shell.apply("report")).outcome is Outcome.DONE  # accepted, nothing started
+    assert shell.request_status("fill")["phase"] == "Running"
     # Every target's create succeeds, and the request's status write is lost with a crash.
     shell.server.lose("PATCH", r"runrequests/fill/status$")
     assert (await shell.apply("report")).outcome is Outcome.RETRY
@@ -443,6 +463,7 @@ def test_a_request_for_a_missing_scheduledjob_waits_pending_then_starts() -> Non
     pending = dataclasses.replace(waiting, status=written.status)
     assert plan_waiting(NAME, [pending]).requests == []  # said once
     world = World(sj(), pending)  # the ScheduledJob is applied after all
+    world.accept()
     assert len(world.step().runs) == 1
     world.step()
     assert world.status()["phase"] == "Complete"
@@ -454,3 +475,15 @@ def test_a_running_request_whose_scheduledjob_is_deleted_fails() -> None:
     (written,) = decision.requests
     assert (written.status["phase"], event_reasons(decision)) == ("Failed", ["RequestFailed"])
     assert "was deleted" in written.status["message"]
+
+
+def test_an_accepted_request_is_never_judged_again_at_another_now() -> None:
+    """Found by the model-based test: the target's Job was created in the decision that accepted
+    the request, its status write was lost, and the next decision, at an earlier "now" (a clock
+    stepped back), found the window in the future, failed the request and left its Job held
+    forever. Acceptance is now a decision of its own; afterwards only the Jobs count."""
+    world = World(sj(), request(backfill(utc(2026, 1, 5, 19), utc(2026, 1, 5, 19))))
+    world.accept()
+    assert len(world.step(NOW - timedelta(hours=2)).runs) == 1
+    world.step(NOW - timedelta(hours=2))
+    assert world.status()["phase"] == "Complete"
