@@ -16,8 +16,9 @@ RUN_NOW = "cronlease.io/run-now"
 
 
 def bind(kube: Kube, role: str, namespace: str) -> Kube:
-    """kubectl as a user bound to the built-in `role` in `namespace` only, once the aggregation
-    controller has added ScheduledJobs to that role."""
+    """kubectl as a user bound to the ClusterRole `role` in `namespace` only, once it grants
+    reading ScheduledJobs there (for a built-in role: once the aggregation controller has added
+    them)."""
     user = f"{role}-{namespace}"
     kube.run(
         "create", "rolebinding", f"{role}-user", f"--clusterrole={role}", f"--user={user}",
@@ -112,18 +113,7 @@ def test_a_runrequester_asks_for_runs_and_edits_no_scheduledjob(
     """The chart's `<release>-runrequester`, bound in one namespace: RunRequests yes, the
     ScheduledJob's spec no; the request's status is the operator's alone (its fence)."""
     kube.create(scheduledjob("nightly", namespace, schedule="0 0 1 1 *"))
-    user = f"oncall-{namespace}"
-    kube.run(
-        "create", "rolebinding", "oncall", "--clusterrole=cronlease-runrequester",
-        f"--user={user}", "-n", namespace,
-    )  # fmt: skip
-    oncall = kube.as_user(user)
-    wait_for(
-        lambda: oncall.run("auth", "can-i", "create", "runrequests.cronlease.io", "-n", namespace,
-                           check=False).stdout.strip() == "yes",
-        30,
-        "the RoleBinding in effect",
-    )  # fmt: skip
+    oncall = bind(kube, "cronlease-runrequester", namespace)
     request = {
         "apiVersion": "cronlease.io/v1alpha1",
         "kind": "RunRequest",
