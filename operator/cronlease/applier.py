@@ -194,7 +194,7 @@ class Applier:
         obj: dict[str, Any],
         decide: Callable[[ScheduledJobView], Awaitable[Decision]],
     ) -> Applied:
-        created: list[PlannedRelease] = []
+        created: list[tuple[PlannedRun, PlannedRelease]] = []
         try:
             with self._creations.creating():
                 async with self._act_pool:
@@ -203,7 +203,8 @@ class Applier:
                     for deletion in decision.deletions:
                         await self._delete(sj, deletion)
                     for run in decision.runs:
-                        created.append(PlannedRelease(run.job_name, await self._create(sj, run)))
+                        release = PlannedRelease(run.job_name, await self._create(sj, run))
+                        created.append((run, release))
             write = self._record(sj, obj, decision)
             if write is not None:
                 await self._write_status(write)
@@ -212,9 +213,17 @@ class Applier:
             # Recorded now: the runs created and the existing Jobs recorded by this decision
             # (unless their runs may still need them: a later decision releases those).
             recorded = [
-                PlannedRelease(job.name, job.uid) for _, job in decision.recorded if job.held
+                (run, PlannedRelease(job.name, job.uid))
+                for run, job in decision.recorded
+                if job.held
             ]
-            settled = [] if decision.keep_runs_held else [*created, *recorded]
+            # A request's run stays held until its request has recorded its result, which a
+            # later decision does (_plan_releases), whatever the ScheduledJob's retry policy.
+            settled = [
+                release
+                for run, release in [*created, *recorded]
+                if not decision.keep_runs_held and run.request is None
+            ]
             for release in [*decision.releases, *settled]:
                 await self._release(sj.namespace, release)
             for planned in decision.labels:

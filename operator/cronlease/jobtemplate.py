@@ -27,6 +27,9 @@ from cronlease.naming import (
 )
 from cronlease.runenv import run_annotations, with_run_environment
 
+# A label value's limit: a longer one would have the API server refuse the Job.
+MAX_LABEL_VALUE = 63
+
 
 def build_job(
     sj: ScheduledJobView, run: PlannedRun, leader: str, fencing_token: int
@@ -52,7 +55,8 @@ def build_job(
     if run.max_attempts:
         annotations[ANNOTATION_MAX_ATTEMPTS] = str(run.max_attempts)
     if run.request is not None:
-        labels[LABEL_REQUEST] = run.request.name
+        if len(run.request.name) <= MAX_LABEL_VALUE:  # the CRD says so; an older object may not
+            labels[LABEL_REQUEST] = run.request.name
         annotations[ANNOTATION_REQUEST_UID] = run.request.uid
         annotations[ANNOTATION_REQUEST_INDEX] = str(run.request.index)
     return {

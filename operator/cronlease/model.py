@@ -173,6 +173,7 @@ class Model:
         key = key_of(obj)
         self._bury("sj", obj)
         self._scheduledjobs.pop(key, None)
+        self._on_change(key)  # its held Jobs are released, its requests told
         uid = obj["metadata"].get("uid", "")
         self._owners.pop((key[0], uid), None)
         for name in self._taken.pop((key[0], uid), ()):  # names it found held by others

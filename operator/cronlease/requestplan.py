@@ -51,7 +51,7 @@ from cronlease.runrequest import (
     replay_targets,
 )
 from cronlease.runs import ONGOING, Run, RunOutcome
-from cronlease.spec import Spec
+from cronlease.spec import ConcurrencyPolicy, Spec
 
 # A backfill's window includes its first instant: slots are listed after this much before it.
 _JUST_BEFORE = timedelta(milliseconds=1)
@@ -100,7 +100,17 @@ def plan_requests(
     ordered = sorted(requests, key=lambda r: (r.created_at or context.now, r.name))
     for request in ordered:
         status = dict(request.status)
-        _advance(context, request, status, decision)
+        marks = (len(decision.runs), len(decision.recorded), len(decision.labels))
+        events, busy = len(decision.events), context.busy
+        try:
+            _advance(context, request, status, decision)
+        except Exception as error:
+            # One bad request must never stop its ScheduledJob's decisions (its slots, its
+            # other requests): whatever it raised, it fails alone, and nothing it planned stands.
+            del decision.runs[marks[0] :], decision.recorded[marks[1] :]
+            del decision.labels[marks[2] :], decision.events[events:]
+            context.busy, status = busy, dict(request.status)
+            _fail(request, status, f"cannot be carried out: {type(error).__name__}", decision)
         if status != request.status:
             decision.requests.append(
                 RequestStatus(request.ref, request.version, request.status, status)
@@ -110,13 +120,14 @@ def plan_requests(
 def _advance(
     context: RequestContext, request: RunRequestView, status: dict[str, Any], decision: Decision
 ) -> None:
-    if status.get("phase") == RequestPhase.COMPLETE:
-        return
     by_index = {
         run.attempts[0].request_index: run
         for run in context.runs.values()
         if run.attempts[0].request_uid == request.uid
     }
+    if status.get("phase") == RequestPhase.COMPLETE:
+        _mark_replayed(context, request, status, by_index, decision)  # a relabel that was lost
+        return
     spec: RequestSpec | None = None
     try:
         spec = parse_request_spec(request.spec)
@@ -140,8 +151,7 @@ def _advance(
         return
     if status.get("phase") == RequestPhase.RUNNING:
         active += _start_targets(context, request, spec, status, decision)
-    if spec.action is RequestAction.REPLAY:
-        _mark_replayed(context, status, by_index, decision)
+    _mark_replayed(context, request, status, by_index, decision)
     total, started = count(status, "total"), count(status, "started")
     status["active"] = active
     if status.get("phase") == RequestPhase.RUNNING and started >= total and not active:
@@ -205,15 +215,18 @@ def _window(context: RequestContext, spec: RequestSpec, check: bool = False) -> 
     if schedule is None:
         assert run_at is not None
         return [run_at] if spec.start <= run_at <= spec.end else []
-    after = spec.start - _JUST_BEFORE
-    if check:
-        total = schedule.count_between(after, spec.end)
-        if total > MAX_TARGETS:
-            raise RequestError(
-                f"spec.backfill: the window holds {total} slots of the schedule; at most "
-                f"{MAX_TARGETS} per request"
-            )
-    return schedule.slots_between(after, spec.end, limit=MAX_TARGETS)
+    try:
+        after = spec.start - _JUST_BEFORE
+        total = schedule.count_between(after, spec.end) if check else 0
+        slots = schedule.slots_between(after, spec.end, limit=MAX_TARGETS)
+    except (OverflowError, ValueError) as error:  # an instant near year 1 in a zone before UTC
+        raise RequestError(f"spec.backfill: the window cannot be enumerated: {error}") from None
+    if total > MAX_TARGETS:
+        raise RequestError(
+            f"spec.backfill: the window holds {total} slots of the schedule; at most "
+            f"{MAX_TARGETS} per request"
+        )
+    return slots
 
 
 def _resolve_replay(context: RequestContext, spec: RequestSpec) -> list[ReplayTarget]:
@@ -309,10 +322,14 @@ def _start_targets(
             _fail(request, status, "status.targets was edited; the request cannot go on", decision)
             return 0
         targets = replays
-    if spec.policy is RequestPolicy.FORBID:
-        budget = 0 if context.busy else 1
-    else:
+    if spec.policy is RequestPolicy.ALLOW and context.spec.concurrency_policy is (
+        ConcurrencyPolicy.ALLOW
+    ):
         budget = MAX_STARTS_PER_DECISION
+    else:
+        # Forbid; or Allow asked of a ScheduledJob whose owner chose Forbid or Replace: a
+        # request may not overlap runs that its owner said must never overlap.
+        budget = 0 if context.busy else 1
     trigger = TRIGGER_BACKFILL if spec.action is RequestAction.BACKFILL else TRIGGER_REPLAY
     begun = 0
     while started < min(total, len(targets)):
@@ -353,22 +370,28 @@ def _start_targets(
         started, budget, begun = started + 1, budget - 1, begun + 1
         context.busy = True
     status["started"] = started
-    if started < total and spec.policy is RequestPolicy.ALLOW:
+    if started < total and budget:
         decision.wake_at = context.now  # the rest of the targets, in the next decision
     return begun
 
 
 def _mark_replayed(
     context: RequestContext,
+    request: RunRequestView,
     status: dict[str, Any],
     by_index: dict[int, Run],
     decision: Decision,
 ) -> None:
     """A dead letter whose replay has a run is a dead letter no more: labelled replayed, it is
     history again (kept by the history limits, not by its retention). Checked for every started
-    target, so that a label write lost with a crash is made by the next decision."""
+    target at every decision, completed requests included, so that a label write lost with a
+    crash is made by a later decision. A backfill has no targets in status: nothing to do."""
     replays = replay_targets(status) or []
-    planned = {run.request.index for run in decision.runs if run.request is not None}
+    planned = {
+        run.request.index
+        for run in decision.runs
+        if run.request is not None and run.request.uid == request.uid
+    }
     for index, target in enumerate(replays[: count(status, "started")]):
         if index not in by_index and index not in planned:
             continue

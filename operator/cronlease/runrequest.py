@@ -20,6 +20,7 @@ from typing import Any
 from cronlease import REQUEST_KIND
 from cronlease.decision import ObjectRef
 from cronlease.naming import format_time, parse_time, parse_time_strictly
+from cronlease.spec import RUN_AT_EARLIEST, RUN_AT_LATEST
 
 # Targets one request may have: a backfill window's slots, or the runs it replays.
 MAX_TARGETS = 1000
@@ -66,7 +67,7 @@ def parse_request_spec(raw: object) -> RequestSpec:
     if not isinstance(name, str) or not name:
         raise RequestError("spec.scheduledJobName: required")
     policy = raw.get("concurrencyPolicy", RequestPolicy.FORBID.value)
-    if policy not in {p.value for p in RequestPolicy}:
+    if not isinstance(policy, str) or policy not in {p.value for p in RequestPolicy}:
         raise RequestError(f"spec.concurrencyPolicy: must be Forbid or Allow, not {policy!r}")
     replay, backfill = raw.get("replay"), raw.get("backfill")
     if (replay is None) == (backfill is None):
@@ -114,6 +115,11 @@ def _backfill(name: str, policy: RequestPolicy, backfill: object) -> RequestSpec
     start, end = ends
     if end < start:
         raise RequestError("spec.backfill.to: before spec.backfill.from")
+    if start < RUN_AT_EARLIEST or end > RUN_AT_LATEST:
+        raise RequestError(
+            f"spec.backfill: the window must lie between {format_time(RUN_AT_EARLIEST)} and "
+            f"{format_time(RUN_AT_LATEST)}"
+        )
     return RequestSpec(name, RequestAction.BACKFILL, policy, start=start, end=end)
 
 

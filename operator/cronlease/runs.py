@@ -60,12 +60,12 @@ class Run:
         latest = self.latest
         if latest.retried:
             return RunOutcome.SUPERSEDED
+        if latest.state is JobState.SUCCEEDED:
+            return RunOutcome.SUCCEEDED  # whoever deletes it now (a TTL), it succeeded
         if latest.deleting:
             return RunOutcome.CANCELLED
         if latest.state is JobState.ACTIVE:
             return RunOutcome.ACTIVE
-        if latest.state is JobState.SUCCEEDED:
-            return RunOutcome.SUCCEEDED
         if latest.replayed:
             return RunOutcome.REPLAYED
         if retry is None or latest.max_attempts == 0:

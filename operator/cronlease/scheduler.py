@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from cronlease import backoff, metrics
 from cronlease.applier import Applied, Applier, Outcome
 from cronlease.decision import Decision, ScheduledJobView
-from cronlease.kube import KubeApi
+from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import parse_time
@@ -86,11 +86,7 @@ class Scheduler:
                         async for items, _ in self.api.list_scheduledjobs(namespace):
                             for item in items:
                                 self.model.upsert_scheduledjob(item)
-                        # A request missing from the model would look cancelled: its Jobs
-                        # released before it has recorded them.
-                        async for items, _ in self.api.list_runrequests(namespace):
-                            for item in items:
-                                self.model.upsert_runrequest(item)
+                        await self._seed_requests(namespace)
                 break
             except Exception as error:  # 429 while the CRD settles, a dropped connection
                 delay = backoff.SEEDING.delay(attempt)
@@ -99,6 +95,19 @@ class Scheduler:
         self._seeded = True
         metrics.scheduledjobs.set(self.model.scheduledjob_count)
         log.info("model seeded with %d ScheduledJobs", self.model.scheduledjob_count)
+
+    async def _seed_requests(self, namespace: str) -> None:
+        """A request missing from the model would look cancelled: its Jobs released before it
+        has recorded them. Without the RunRequest CRD (CRDs managed outside the chart, not yet
+        upgraded) there are none, and scheduling must not wait for it."""
+        try:
+            async for items, _ in self.api.list_runrequests(namespace):
+                for item in items:
+                    self.model.upsert_runrequest(item)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            log.warning("no RunRequest resource (%s): replay and backfill are off", error.message)
 
     def _start(self, key: Key) -> None:
         if key in self._in_flight:
@@ -133,8 +142,12 @@ class Scheduler:
         return await self.applier.apply(obj, self.decide)
 
     def _requests(self, namespace: str, name: str) -> list[RunRequestView]:
+        """The RunRequests for the ScheduledJob; one being deleted (a finalizer of someone
+        else's keeps it a while) is cancelled already, as if gone."""
         return [
-            RunRequestView.from_object(obj) for obj in self.model.runrequests_for(namespace, name)
+            RunRequestView.from_object(obj)
+            for obj in self.model.runrequests_for(namespace, name)
+            if not obj["metadata"].get("deletionTimestamp")
         ]
 
     async def decide(self, sj: ScheduledJobView) -> Decision:

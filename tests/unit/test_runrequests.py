@@ -487,3 +487,27 @@ def test_an_accepted_request_is_never_judged_again_at_another_now() -> None:
     assert len(world.step(NOW - timedelta(hours=2)).runs) == 1
     world.step(NOW - timedelta(hours=2))
     assert world.status()["phase"] == "Complete"
+
+
+async def test_a_request_run_that_succeeded_counts_as_succeeded_whatever_deletes_it() -> None:
+    """Without spec.retry too: a request's Job stays held until its request has recorded its
+    result, and a TTL deleting a Job that succeeded does not make it a failure (found by review:
+    the applier released request runs at their creation, as it does slots' runs)."""
+    shell = Shell(now=SHELL_NOW + timedelta(minutes=10))
+    shell.create("report")
+    window = {"from": format_time(SLOT), "to": format_time(SLOT)}
+    shell.request("fill", scheduledJobName="report", backfill=window, concurrencyPolicy="Allow")
+    await shell.apply("report")  # accepted
+    await shell.apply("report")  # its one target created
+    (name,) = created_for_request(shell)
+    assert shell.server.get(*JOBS, NAMESPACE, name)["metadata"]["finalizers"] == [
+        "cronlease.io/slot-record"
+    ]
+    shell.server.edit(*JOBS, NAMESPACE, name, COMPLETE)
+    shell.server.remove(*JOBS, NAMESPACE, name)  # TTL 0: marked for deletion, held
+    shell.model.upsert_job(shell.server.get(*JOBS, NAMESPACE, name))
+    await shell.apply("report")  # records the result
+    await shell.apply("report")  # and releases it
+    status = shell.request_status("fill")
+    assert (status["phase"], status["succeededIndexes"]) == ("Complete", "0")
+    assert shell.server.get(*JOBS, NAMESPACE, name) is None  # gone once released
