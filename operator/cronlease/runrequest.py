@@ -227,5 +227,8 @@ def parse_indexes(text: object) -> set[int]:
 
 
 def count(status: dict[str, Any], field: str) -> int:
+    """A count in status, totally: no count of targets exceeds MAX_TARGETS, whatever is written."""
     value = status.get(field)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return 0
+    return min(value, MAX_TARGETS)

@@ -213,7 +213,8 @@ def test_a_job_held_for_its_record_keeps_its_label(
 ) -> None:
     """A Job holds the slot-record finalizer until its run is recorded (a moment, or until a
     leader runs again after a crash), and a leader that starts cold finds it by its label: a
-    tenant may orphan it, but may remove the label only once it is released."""
+    tenant may orphan it, but may remove the label (or a cronlease annotation: its slot, its
+    request's uid or index) only once it is released."""
     operator_process.stop()  # nothing records or releases it meanwhile; the next test restarts it
     kube.apply(scheduledjob("crashed", namespace, schedule="0 0 1 1 *", suspend=True))
     held = job(namespace, "crashed-1", owners=[owner_of(kube, namespace, "crashed")])
@@ -221,6 +222,8 @@ def test_a_job_held_for_its_record_keeps_its_label(
     as_operator = kube.as_user(OPERATOR)
     as_operator.create(held)
     as_operator.run("label", "job", "crashed-1", f"{LABEL}=crashed", "-n", namespace)
+    index = "cronlease.io/request-index"
+    as_operator.run("annotate", "job", "crashed-1", f"{index}=0", "-n", namespace)
 
     def change(*args: str) -> subprocess.CompletedProcess[str]:
         return tenant.run(*args[:1], "job", "crashed-1", *args[1:], "-n", namespace, check=False)
@@ -231,8 +234,10 @@ def test_a_job_held_for_its_record_keeps_its_label(
         outcomes = {
             "orphan it": change("patch", "--type=json", "-p", json.dumps(orphan)),
             "unlabel it": change("label", f"{LABEL}-"),
+            "strip an annotation": change("annotate", f"{index}-"),
             "release it": change("patch", "--type=json", "-p", json.dumps(release)),
             "unlabel it once released": change("label", f"{LABEL}-"),
+            "strip it once released": change("annotate", f"{index}-"),
         }
     finally:
         kube.run("patch", "job", "crashed-1", "-n", namespace, "--type=merge",
@@ -240,10 +245,13 @@ def test_a_job_held_for_its_record_keeps_its_label(
     assert verdicts(outcomes) == {
         "orphan it": "admitted",
         "unlabel it": "fenced",
+        "strip an annotation": "fenced",
         "release it": "admitted",
         "unlabel it once released": "admitted",
+        "strip it once released": "admitted",
     }
     assert "slot-record" in outcomes["unlabel it"].stderr
+    assert index in outcomes["strip an annotation"].stderr
 
 
 def test_a_retried_attempt_keeps_its_mark(kube: Kube, namespace: str, tenant: Kube) -> None:
@@ -311,7 +319,7 @@ def test_only_the_operator_writes_scheduledjob_status(
         "patch", "scheduledjob", "ledger", "-n", namespace, "--subresource=status",
         "--type=merge", "-p", json.dumps(patch), check=False,
     )  # fmt: skip
-    assert_refused(result, "writes ScheduledJob status")
+    assert_refused(result, "writes the status of ScheduledJobs and RunRequests")
     assert status_of(kube, namespace, "ledger").get("runsCreated", 0) < 1000
 
 

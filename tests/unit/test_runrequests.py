@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from shell import NOW as SHELL_NOW
 from shell import SLOT, Shell
 
+from cronlease import requestplan
 from cronlease.applier import Outcome
 from cronlease.decision import Decision, RequestTarget, ScheduledJobView
 from cronlease.jobinfo import JobInfo, JobState
@@ -54,6 +55,7 @@ from cronlease.runrequest import (
     RequestError,
     RequestPolicy,
     RunRequestView,
+    count,
     format_indexes,
     parse_indexes,
     parse_request_spec,
@@ -511,3 +513,42 @@ async def test_a_request_run_that_succeeded_counts_as_succeeded_whatever_deletes
     status = shell.request_status("fill")
     assert (status["phase"], status["succeededIndexes"]) == ("Complete", "0")
     assert shell.server.get(*JOBS, NAMESPACE, name) is None  # gone once released
+
+
+def test_a_window_near_year_one_is_refused_naming_the_field() -> None:
+    with pytest.raises(RequestError, match=r"spec\.backfill: the window must lie between"):
+        parse_request_spec({"scheduledJobName": NAME, **backfill(utc(1, 1, 1), utc(2026, 1, 5, 9))})
+
+
+def test_allow_never_overlaps_a_scheduledjob_whose_owner_forbids_it() -> None:
+    raw = backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 18), **ALLOW)
+    for policy, starts in (("Forbid", 1), ("Replace", 1), ("Allow", 10)):
+        world = World(sj(concurrencyPolicy=policy), request(raw))
+        world.accept()
+        assert len(world.step(finish=None).runs) == starts, policy
+
+
+def test_a_request_that_raises_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a request makes the planner raise, its ScheduledJob's slots go on, and nothing
+    the request planned before raising stands."""
+    world = World(sj(), request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 18), **ALLOW)))
+    world.accept()
+    real = requestplan._mark_replayed
+
+    def broken(*args: Any) -> None:
+        real(*args)
+        raise ValueError("nobody foresaw this")
+
+    monkeypatch.setattr(requestplan, "_mark_replayed", broken)
+    due = dataclasses.replace(world.sj, status=processed(world.sj.spec, NOW - timedelta(hours=1)))
+    decision = decide(due, [], NOW, world.requests)
+    assert [run.trigger for run in decision.runs] == ["Schedule"]  # the 20:00 slot, only
+    (failed,) = decision.requests
+    assert failed.status["phase"] == "Failed"
+    assert "ValueError" in failed.status["message"]
+    assert event_reasons(decision).count("RequestFailed") == 1
+
+
+def test_a_hostile_count_in_status_is_capped() -> None:
+    assert count({"started": 10**15}, "started") == 1000
+    assert count({"started": True}, "started") == 0
