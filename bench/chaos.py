@@ -381,7 +381,7 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
 
 
 # A run that came to one of these has ended: none of its Jobs may stay held but a dead letter.
-ENDED = frozenset(Verdict) - {Verdict.GOING, Verdict.LOST, Verdict.UNLABELLED}
+ENDED = frozenset(Verdict) - {Verdict.GOING, Verdict.WAITING, Verdict.LOST, Verdict.UNLABELLED}
 
 
 def audit(
@@ -547,6 +547,8 @@ LABELS = {
     "pause or Lease delay began",
     "continued_after_user_delete": "next attempts created after the user's deletion of the "
     "failed one was accepted (a decision already in flight)",
+    "attempt_seconds_median": "an attempt's time from creation to its end, median s (pods run 1 s)",
+    "attempt_seconds_max": "... longest s",
 }
 MUST_BE_ZERO = (
     "duplicates",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -157,7 +158,8 @@ class Verdict(enum.StrEnum):
     CANCELLED_RUNNING = "cancelled: current attempt deleted while it ran"
     CANCELLED_WAITING = "cancelled: failed attempt deleted while the run waited"
     ENDED_OTHERWISE = "deleted by someone else before it ended"
-    GOING = "still going at the end"
+    GOING = "still going at the end: its latest attempt runs"
+    WAITING = "still going at the end: its latest attempt failed just before"
     LOST = "lost: failed with attempts left, no next attempt"
     UNLABELLED = "exhausted, not labelled a dead letter"
 
@@ -191,7 +193,7 @@ def verdict(attempts: Sequence[Seen], settled_before: float) -> Verdict:
             return Verdict.NOT_RETRYABLE
         return Verdict.RETRIED_OUT
     if latest.ended > settled_before:
-        return Verdict.GOING
+        return Verdict.WAITING
     return Verdict.LOST if latest.retryable else Verdict.UNLABELLED
 
 
@@ -206,6 +208,7 @@ def audit_runs(
     succeeded_on: dict[str, int] = {}
     duplicated = gaps = over = needless = retries = by_new_leader = continued = 0
     between: set[tuple[str, str]] = set()
+    durations: list[float] = []  # of the attempts of runs with retries, as the auditor saw them
     for key, attempts in runs.items():
         numbers = [job.attempt for job in attempts]
         duplicated += len(numbers) - len(set(numbers))
@@ -236,6 +239,7 @@ def audit_runs(
                 between.add(key)
         if not first.max_attempts:
             continue  # without spec.retry a run is one Job, which the slot audit covers
+        durations += [job.ended - job.arrived for job in attempts if job.ended is not None]
         result = verdict(attempts, audited_at - SETTLE_SECONDS)
         verdicts[result.value] = verdicts.get(result.value, 0) + 1
         if result is Verdict.SUCCEEDED:
@@ -254,6 +258,8 @@ def audit_runs(
         "next_attempt_by_new_leader": by_new_leader,
         "runs_waiting_at_leader_fault": len(between),
         "continued_after_user_delete": continued,
+        "attempt_seconds_median": round(statistics.median(durations), 1) if durations else 0.0,
+        "attempt_seconds_max": round(max(durations, default=0.0), 1),
         "succeeded_on_attempt": dict(sorted(succeeded_on.items())),
         "runs_by_verdict": dict(sorted(verdicts.items())),
     }

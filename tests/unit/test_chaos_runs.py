@@ -70,7 +70,7 @@ def test_a_failed_attempt_with_attempts_left_and_no_successor_is_lost() -> None:
     recent = audit(sighted(job(1), at=NOW - 1))
     assert (recent["lost_attempts"], recent["runs_by_verdict"]) == (
         0,
-        {"still going at the end": 1},
+        {"still going at the end: its latest attempt failed just before": 1},
     )
 
 
