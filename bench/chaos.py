@@ -113,6 +113,8 @@ RETRY_VARIANTS: tuple[dict[str, Any], ...] = (
 # Dead letters are kept this long (then the operator deletes them): long enough for the audit to
 # see the label, short enough that they do not pile up.
 DEAD_LETTER_RETENTION = 60
+# kill-leader and pause-leader first wait this long at most for a run to be between attempts.
+RUN_WAITS_TIMEOUT = 15.0
 # user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
 USER_DELETES_SECONDS = 20.0
 USER_DELETES_SHARE = 0.5
@@ -166,6 +168,8 @@ class Observations:
     restarts: int = 0
     listings: int = 0  # the watcher's listings: the first, then one after each expired watch
     deleting_until: float = 0.0  # user-deletes: new Jobs are deleted until then
+    # Set when the auditor sees an attempt fail with attempts left: its run now waits 1 s.
+    run_waits: asyncio.Event = field(default_factory=asyncio.Event)
     user_deletes: int = 0  # DELETEs the API server accepted
     user_deletes_held: int = 0  # ... of a Job the slot-record finalizer still held
     user_deletes_waiting: int = 0  # ... of a failed attempt whose run waited for the next
@@ -200,13 +204,16 @@ class JobSightings:
         if event_type == "DELETED":
             self.seen.gone.add(uid)
         known = self.seen.jobs.get(uid)
-        waited = known is not None and known.ended is None
+        running = known is not None and known.ended is None
         self.listed_item(obj)
+        waits = running and known is not None and known.retryable  # it has just failed
+        if waits:
+            self.seen.run_waits.set()
         if time.time() >= self.seen.deleting_until or random.random() >= USER_DELETES_SHARE:
             return
         if event_type == "ADDED":
             self.user_delete(obj, UserDeleted.RUNNING)
-        elif event_type == "MODIFIED" and waited and known is not None and known.retryable:
+        elif waits:
             self.user_delete(obj, UserDeleted.WAITING)
 
     def user_delete(self, obj: dict[str, Any], when: UserDeleted) -> None:
@@ -737,9 +744,12 @@ async def chaos(
         while time.time() - start < args.duration or index < len(FAULTS):
             await asyncio.sleep(args.fault_every)
             fault = FAULTS[index % len(FAULTS)]
+            waiting = fault in ("kill-leader", "pause-leader") and await a_run_waits(seen)
             index += 1
             began = time.time()
             applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
+            if applied and waiting:
+                what += ", as a run waited for its next attempt"
             seen.faults.append(Fault(time.time() - start, fault, applied, what, began))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         # A quiet end: catch-ups within the deadline, then a clean status everywhere.
@@ -765,6 +775,18 @@ async def release_leftovers(api: KubeApi, namespace: str) -> None:
         metadata = job["metadata"]
         if FINALIZER in (metadata.get("finalizers") or []):
             await api.release_job(namespace, metadata["name"], metadata["uid"], FINALIZER)
+
+
+async def a_run_waits(seen: Observations) -> bool:
+    """Wait until an attempt has just failed with attempts left, so that a fault on the leader
+    hits its run between two attempts (the next is due 1 s later); False if none did in time."""
+    seen.run_waits.clear()
+    try:
+        async with asyncio.timeout(RUN_WAITS_TIMEOUT):
+            await seen.run_waits.wait()
+    except TimeoutError:
+        return False
+    return True
 
 
 def scheduledjob(index: int, namespace: str) -> dict[str, Any]:
