@@ -86,5 +86,7 @@ def test_short_chaos_run_audits_clean(
         "cancelled: failed attempt deleted while the run waited",
     ):
         assert verdicts.get(verdict, 0) >= 1, (verdict, audit)
-    # The faults on the leader hit runs between their attempts.
+    # The faults on the leader hit runs between their attempts (kill-leader and pause-leader
+    # wait for one), and the next attempts were made by the new leader.
+    assert audit["runs_waiting_at_leader_fault"] >= 1, (audit, record["faults"])
     assert audit["next_attempt_by_new_leader"] >= 1, audit
