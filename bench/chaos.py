@@ -11,14 +11,20 @@ replicas come back after two seconds, as a Deployment would bring them back.
 
 Against everything outside the spec all the time, not in rotation: a quarter of the
 ScheduledJobs have `ttlSecondsAfterFinished: 0` (the TTL controller deletes each Job as soon as
-it finishes), another quarter keep no history (successful and failed limits 0).
+it finishes), another quarter keep no history (successful and failed limits 0), and a quarter
+have `spec.retry` with pods that fail chosen attempts (some runs succeed on attempt 2 or 3, some
+are dead-lettered after 3, some fail with an exit code their podFailurePolicy calls final), so
+the faults above also hit runs between attempts; while user-deletes is on, the user also deletes
+failed attempts as their runs wait for the next, which must end those runs.
 
-The auditor watches from outside: every Job's ADDED event (re-listing after each outage), and the
+The auditor watches from outside: every Job's events (re-listing after each outage), and the
 Lease's holder and token. At the end, for each ScheduledJob, every slot between its creation and
 its status.processedUntil must have exactly one Job ever created (never two uids) or a skip for a
 reason the spec allows, and no Job whose slot is recorded may still hold the slot-record
 finalizer. The slots expected come from the auditor's own oracle, not the operator's `Schedule`:
 the schedule fires every 10 s of UTC, so its slots are the multiples of 10 s since the epoch.
+Every run's attempts are audited too (hack/chaos_runs.py): none twice, no gap, none beyond
+maxAttempts, none lost, every run out of attempts a dead letter.
 The audit goes to bench/results/chaos-latest.md for people and chaos-latest.json for tests.
 
     make chaos                                   # 3 minutes
@@ -44,6 +50,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+# The audit of runs and attempts (hack/chaos_runs.py).
+from chaos_runs import (
+    LABEL_DEAD_LETTER,
+    Seen,
+    UserDeleted,
+    Verdict,
+    audit_runs,
+    parse_instant,
+    runs_of,
+    verdict,
+)
+from chaos_runs import seen as first_sighting
+
 # The operator's API plumbing only (a client, a list-then-watch); what the audit expects, it
 # works out for itself.
 from cronlease.kube import JOBS, NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
@@ -62,12 +81,7 @@ PERIOD = 10  # the oracle: SCHEDULE in UTC fires at every multiple of 10 s since
 DEADLINE = 60  # longer than any outage injected here, so no slot may be lost
 CURSOR_SLACK = 5.0  # at the end, processedUntil may lag the clock by this much, not more
 ALLOWED_SKIPS = {"DeadlineExceeded", "ConcurrencyForbid"}
-# What the operator writes on a Job, by the names the CRD's documentation gives them (spelled out
-# here, not imported, so a rename in the operator shows up in the audit).
-LABEL_SCHEDULEDJOB = "cronlease.io/scheduledjob"
-ANNOTATION_SCHEDULED_AT = "cronlease.io/scheduled-at"
-ANNOTATION_LEADER = "cronlease.io/leader"
-ANNOTATION_FENCING_TOKEN = "cronlease.io/fencing-token"
+# Spelled out, not imported from the operator, so a rename there shows up in the audit.
 FINALIZER = "cronlease.io/slot-record"
 FAULTS = [
     "kill-leader",
@@ -80,8 +94,27 @@ FAULTS = [
     "lease-latency",
 ]
 # ScheduledJob i belongs to POPULATIONS[i % 4]: the Jobs of "ttl-zero" are deleted by the TTL
-# controller once they finish, those of "history-zero" by the operator's history cleanup.
-POPULATIONS = ("ttl-zero", "history-zero", "default", "default")
+# controller once they finish, those of "history-zero" by the operator's history cleanup; those
+# of "retry" fail chosen attempts and are retried (RETRY).
+POPULATIONS = ("ttl-zero", "history-zero", "default", "retry")
+# Up to 3 attempts, the second 1 s after the first fails, the third 2 s after the second: a run
+# that fails twice is over within a period.
+RETRY = {"maxAttempts": 3, "backoff": {"initialSeconds": 1, "factor": 2}}
+NOT_RETRYABLE_EXIT_CODE = 42
+# The retry ScheduledJobs in turn (kwok_pod_template's arguments): succeed on attempt 2, on
+# attempt 3, fail all 3 (a dead letter), fail with an exit code the podFailurePolicy calls final
+# (a dead letter after 1).
+RETRY_VARIANTS: tuple[dict[str, Any], ...] = (
+    {"fail_attempts": (1,)},
+    {"fail_attempts": (1, 2)},
+    {"result": "Failed"},
+    {"result": "Failed", "exit_code": NOT_RETRYABLE_EXIT_CODE},
+)
+# Dead letters are kept this long (then the operator deletes them): long enough for the audit to
+# see the label, short enough that they do not pile up.
+DEAD_LETTER_RETENTION = 60
+# kill-leader and pause-leader first wait this long at most for a run to be between attempts.
+RUN_WAITS_TIMEOUT = 15.0
 # user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
 USER_DELETES_SECONDS = 20.0
 USER_DELETES_SHARE = 0.5
@@ -111,17 +144,6 @@ LEASE_RULES = [
 ]
 
 
-def parse_instant(text: Any) -> datetime | None:
-    """An RFC 3339 time as the API server and the operator write it; None if it is not one."""
-    if not isinstance(text, str):
-        return None
-    try:
-        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return instant if instant.tzinfo is not None else None
-
-
 def expected_slots(born: datetime, until: datetime) -> range:
     """The slots s with born < s <= until, in epoch seconds: the multiples of PERIOD."""
     first = (math.floor(born.timestamp()) // PERIOD + 1) * PERIOD
@@ -130,20 +152,12 @@ def expected_slots(born: datetime, until: datetime) -> range:
 
 
 @dataclass
-class Seen:
-    scheduledjob: str
-    slot: float  # epoch seconds
-    leader: str
-    token: int
-    arrived: float  # when the auditor first saw it (epoch seconds)
-
-
-@dataclass
 class Fault:
-    at: float  # seconds since the faults began
+    at: float  # seconds since the faults began, when it ended
     kind: str  # one of FAULTS
     applied: bool  # False when there was nobody to apply it to (no leader, no standby)
     what: str
+    began: float = 0.0  # epoch seconds
 
 
 @dataclass
@@ -154,66 +168,78 @@ class Observations:
     restarts: int = 0
     listings: int = 0  # the watcher's listings: the first, then one after each expired watch
     deleting_until: float = 0.0  # user-deletes: new Jobs are deleted until then
+    # Set when the auditor sees an attempt fail with attempts left: its run now waits 1 s.
+    run_waits: asyncio.Event = field(default_factory=asyncio.Event)
     user_deletes: int = 0  # DELETEs the API server accepted
     user_deletes_held: int = 0  # ... of a Job the slot-record finalizer still held
+    user_deletes_waiting: int = 0  # ... of a failed attempt whose run waited for the next
     user_deletes_failed: int = 0
     held_creates: dict[str, int] = field(default_factory=dict)  # lease-latency: answers, by code
     gone: set[str] = field(default_factory=set)  # uids of the Jobs seen DELETED
 
 
-def _seen(job: dict[str, Any]) -> Seen | None:
-    metadata = job["metadata"]
-    annotations = metadata.get("annotations") or {}
-    slot = parse_instant(annotations.get(ANNOTATION_SCHEDULED_AT))
-    if slot is None:
-        return None
-    return Seen(
-        scheduledjob=(metadata.get("labels") or {}).get(LABEL_SCHEDULEDJOB, ""),
-        slot=slot.timestamp(),
-        leader=annotations.get(ANNOTATION_LEADER, ""),
-        token=int(annotations.get(ANNOTATION_FENCING_TOKEN, "-1")),
-        arrived=time.time(),
-    )
-
-
 class JobSightings:
-    """Every Job's first sighting, listed or watched (a list-then-watch's observer): after an
-    API server restart the watch resumes where it was, or lists again if its version expired.
-    While the user-deletes fault is on, it is also the user: it deletes a share of the Jobs it
-    sees ADDED at once, most of them before their slot is recorded."""
+    """Every Job's first sighting and how it ended, listed or watched (a list-then-watch's
+    observer): after an API server restart the watch resumes where it was, or lists again if its
+    version expired. While the user-deletes fault is on, it is also the user: it deletes a share
+    of the Jobs it sees ADDED at once, most of them before their slot is recorded, and a share of
+    the attempts it sees fail with attempts left, while their run waits for the next."""
 
     def __init__(self, api: KubeApi, namespace: str, seen: Observations) -> None:
         self.api, self.namespace, self.seen = api, namespace, seen
         self.deletes: set[asyncio.Task[None]] = set()
 
     def listed_item(self, obj: dict[str, Any]) -> None:
-        if obj["metadata"]["uid"] not in self.seen.jobs and (entry := _seen(obj)):
-            self.seen.jobs[obj["metadata"]["uid"]] = entry
+        uid = obj["metadata"]["uid"]
+        if (known := self.seen.jobs.get(uid)) is not None:
+            known.observe(obj, time.time())
+        elif entry := first_sighting(obj, time.time()):
+            self.seen.jobs[uid] = entry
 
     def listed(self, version: str) -> None:
         self.seen.listings += 1
 
     def changed(self, event_type: str, obj: dict[str, Any]) -> None:
+        uid = obj["metadata"]["uid"]
         if event_type == "DELETED":
-            self.seen.gone.add(obj["metadata"]["uid"])
-        if event_type != "ADDED":
-            return
+            self.seen.gone.add(uid)
+        known = self.seen.jobs.get(uid)
+        running = known is not None and known.ended is None
         self.listed_item(obj)
-        if time.time() < self.seen.deleting_until and random.random() < USER_DELETES_SHARE:
-            task = asyncio.get_running_loop().create_task(self.delete(obj["metadata"]["name"]))
-            self.deletes.add(task)
-            task.add_done_callback(self.deletes.discard)
+        waits = running and known is not None and known.retryable  # it has just failed
+        if waits:
+            self.seen.run_waits.set()
+        if time.time() >= self.seen.deleting_until or random.random() >= USER_DELETES_SHARE:
+            return
+        if event_type == "ADDED":
+            self.user_delete(obj, UserDeleted.RUNNING)
+        elif waits:
+            self.user_delete(obj, UserDeleted.WAITING)
 
-    async def delete(self, name: str) -> None:
+    def user_delete(self, obj: dict[str, Any], when: UserDeleted) -> None:
+        metadata = obj["metadata"]
+        task = asyncio.get_running_loop().create_task(
+            self.delete(metadata["name"], metadata["uid"], when)
+        )
+        self.deletes.add(task)
+        task.add_done_callback(self.deletes.discard)
+
+    async def delete(self, name: str, uid: str, when: UserDeleted) -> None:
         """What `kubectl delete job NAME` does (background propagation)."""
         path = resource_path(JOBS, self.namespace, name)
+        body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
         try:
-            answer = await self.api.request("DELETE", path, {"propagationPolicy": "Background"})
+            answer = await self.api.request("DELETE", path, body)
         except Exception:
             self.seen.user_deletes_failed += 1
             return
         self.seen.user_deletes += 1
-        if FINALIZER in ((answer or {}).get("metadata") or {}).get("finalizers", []):
+        if (job := self.seen.jobs.get(uid)) is not None:
+            job.user_deleted = when
+        if when is UserDeleted.WAITING:
+            self.seen.user_deletes_waiting += 1
+        finalizers = ((answer or {}).get("metadata") or {}).get("finalizers", [])
+        if when is UserDeleted.RUNNING and FINALIZER in finalizers:
             self.seen.user_deletes_held += 1
 
     def failed(self, error: Exception) -> None:
@@ -289,13 +315,18 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
     """Apply one fault (blocking); return whether it was applied, and what was done."""
     seen = replicas.seen
     if fault == "user-deletes":
-        before = seen.user_deletes, seen.user_deletes_held
+        before = seen.user_deletes, seen.user_deletes_held, seen.user_deletes_waiting
         seen.deleting_until = time.time() + USER_DELETES_SECONDS
         time.sleep(USER_DELETES_SECONDS + 1)  # and a second for the last DELETEs to be answered
-        deleted, held = seen.user_deletes - before[0], seen.user_deletes_held - before[1]
+        deleted, held, waiting = (
+            seen.user_deletes - before[0],
+            seen.user_deletes_held - before[1],
+            seen.user_deletes_waiting - before[2],
+        )
         return True, (
-            f"a user deleted {deleted} new Jobs as they appeared, for {USER_DELETES_SECONDS:.0f} s"
-            f" ({held} still held by the slot-record finalizer)"
+            f"a user deleted {deleted - waiting} new Jobs as they appeared ({held} still held by "
+            f"the slot-record finalizer) and {waiting} failed attempts while their runs waited "
+            f"for the next, for {USER_DELETES_SECONDS:.0f} s"
         )
     if fault == "lease-latency":
         time.sleep((PERIOD - 1 - time.time() % PERIOD) % PERIOD)  # to a second before a slot
@@ -356,6 +387,10 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
     return True, "a replica crash-looped 3 times"
 
 
+# A run that came to one of these has ended: none of its Jobs may stay held but a dead letter.
+ENDED = frozenset(Verdict) - {Verdict.GOING, Verdict.WAITING, Verdict.LOST, Verdict.UNLABELLED}
+
+
 def audit(
     scheduledjobs: list[dict[str, Any]],
     listed_at: float,
@@ -366,7 +401,8 @@ def audit(
     seconds after them."""
     by_slot: dict[tuple[str, float], set[str]] = {}
     for uid, job in seen.jobs.items():
-        by_slot.setdefault((job.scheduledjob, job.slot), set()).add(uid)
+        if job.attempt == 1:  # a slot's Job; its retries carry the same slot
+            by_slot.setdefault((job.scheduledjob, job.slot), set()).add(uid)
     expected = created = missing = behind = 0
     skips: dict[str, int] = {}
     populations: dict[str, dict[str, int]] = {}
@@ -420,22 +456,57 @@ def audit(
         or job.scheduledjob not in born_at
         or job.slot <= born_at[job.scheduledjob]
     )
-    # A recorded slot whose Job still holds the finalizer: its release was lost.
+    # A recorded slot whose Job still holds the finalizer: its release was lost. With retries,
+    # a run's attempts are held until it ends, and a dead letter until its retention.
     held = 0
+    runs = runs_of(seen.jobs.values())
     for listed in jobs:
         metadata = listed["metadata"]
-        entry = _seen(listed)
+        entry = seen.jobs.get(metadata["uid"])
         if FINALIZER not in (metadata.get("finalizers") or []) or entry is None:
             continue
+        if (metadata.get("labels") or {}).get(LABEL_DEAD_LETTER) == "true":
+            continue
+        if entry.max_attempts:
+            attempts = runs[entry.scheduledjob, entry.run]
+            ended_at = attempts[-1].ended or attempts[-1].arrived
+            if verdict(attempts, listed_at) not in ENDED or ended_at > listed_at:
+                continue
         if entry.slot <= cursors.get(entry.scheduledjob, -math.inf):
             held += 1
-    # A Job is from a stale leader if a newer token had been seen more than a second before it.
-    stale = sum(
-        1
-        for job in seen.jobs.values()
-        if any(token > job.token and at < job.arrived - 1.0 for at, _, token in seen.lease)
-    )
-    lags = [job.arrived - job.slot for job in seen.jobs.values()]
+    # A Job is from a stale leader if a newer token had been seen more than a second before the
+    # API server admitted it. Its creationTimestamp is stamped just before validating admission
+    # (the fence) and is cut to the second, so created > seen + 1 s means admitted more than 1 s
+    # after the newer token. Its first sighting is no measure: a create admitted while its token
+    # was current can be stored seconds later (etcd restarting) and reach the watch after a
+    # takeover; those are reported apart (the fence checked them in time).
+    stale: list[dict[str, Any]] = []
+    late: list[dict[str, Any]] = []
+    for job in seen.jobs.values():
+        newer = [(at, token) for at, _, token in seen.lease if token > job.token]
+        if not newer:
+            continue
+        first = min(newer)
+        evidence = {
+            "job": job.name,
+            "leader": job.leader,
+            "token": job.token,
+            "created": job.created,
+            "first_seen": round(job.arrived, 3),
+            "newer_token": first[1],
+            "newer_token_seen": round(first[0], 3),
+        }
+        if job.created is not None and job.created > first[0] + 1.0:
+            stale.append(evidence)
+        elif first[0] < job.arrived - 1.0:
+            late.append(evidence)
+    lags = [job.arrived - job.slot for job in seen.jobs.values() if job.attempt == 1]
+    leader_faults = [
+        fault.began
+        for fault in seen.faults
+        if fault.applied and fault.kind in ("kill-leader", "pause-leader", "lease-latency")
+    ]
+    attempts = audit_runs(seen.jobs.values(), time.time(), leader_faults)
     return {
         "slots_expected": expected,
         "slots_created": created,
@@ -445,21 +516,26 @@ def audit(
         "silent_losses": missing,
         "slots_not_processed": behind,
         "off_schedule_jobs": off_schedule,
-        "stale_leader_writes": stale,
+        "stale_leader_writes": len(stale),
+        "seen_late_after_takeover": len(late),
         "held_after_recorded": held,
         "jobs_seen": len(seen.jobs),
         "jobs_left_at_end": len(jobs),
         "user_deletes": seen.user_deletes,
         "user_deletes_held": seen.user_deletes_held,
         "user_deletes_failed": seen.user_deletes_failed,
+        "user_deletes_waiting": seen.user_deletes_waiting,
         "watch_relistings": max(0, seen.listings - 1),
         "held_creates": sum(seen.held_creates.values()),
         "held_creates_refused": seen.held_creates.get("403", 0),
         "operator_restarts": seen.restarts,
         "leader_changes": max(0, len({token for _, _, token in seen.lease}) - 1),
         "max_lag_s": round(max(lags, default=0.0), 2),
+        "stale_leader_jobs": stale,
+        "seen_late_after_takeover_jobs": late,
         "skips_by_reason": skips,
         "by_population": populations,
+        **attempts,
     }
 
 
@@ -474,17 +550,37 @@ LABELS = {
     "slots_not_processed": f"slots older than {CURSOR_SLACK:.0f} s not yet processed at the end",
     "off_schedule_jobs": "Jobs for no expected slot",
     "stale_leader_writes": "stale-leader writes admitted",
+    "seen_late_after_takeover": "... Jobs admitted under the old token but first seen more than "
+    "1 s after the new one (stored late)",
     "held_after_recorded": "recorded slots whose Job still holds the finalizer at the end",
     "jobs_seen": "Jobs seen by the auditor",
     "jobs_left_at_end": "Jobs left at the end",
     "user_deletes": "Jobs deleted by the user-deletes fault",
     "user_deletes_held": "... of them while the finalizer held them (slot not yet recorded)",
+    "user_deletes_waiting": "... of them failed attempts whose run waited for its next attempt",
     "watch_relistings": "auditor's watch relistings (expired watches)",
     "held_creates": "Job creates held by lease-latency",
     "held_creates_refused": "... refused by the fence when they arrived (403)",
     "operator_restarts": "operator restarts",
     "leader_changes": "leader changes",
     "max_lag_s": "maximum lag s",
+    "runs": "runs (a slot's Job and its retries)",
+    "retry_runs": "... of them with spec.retry",
+    "retries_created": "retries created (attempt 2 or later)",
+    "duplicated_attempts": "attempts created twice (one run, one number)",
+    "attempt_gaps": "attempt numbers missing below a run's latest",
+    "attempts_over_max": "attempts beyond the run's maxAttempts",
+    "attempts_after_final": "attempts after a success or a final failure",
+    "lost_attempts": "runs that failed with attempts left and got no next attempt (lost)",
+    "exhausted_not_dead_lettered": "runs out of attempts not labelled a dead letter",
+    "next_attempt_by_new_leader": "next attempts made under another fencing token than the one "
+    "before",
+    "runs_waiting_at_leader_fault": "runs waiting for their next attempt when a leader kill, "
+    "pause or Lease delay began",
+    "continued_after_user_delete": "next attempts created after the user's deletion of the "
+    "failed one was accepted (a decision already in flight)",
+    "attempt_seconds_median": "an attempt's time from creation to its end, median s (pods run 1 s)",
+    "attempt_seconds_max": "... longest s",
 }
 MUST_BE_ZERO = (
     "duplicates",
@@ -494,6 +590,12 @@ MUST_BE_ZERO = (
     "stale_leader_writes",
     "disallowed_skips",
     "held_after_recorded",
+    "duplicated_attempts",
+    "attempt_gaps",
+    "attempts_over_max",
+    "attempts_after_final",
+    "lost_attempts",
+    "exhausted_not_dead_lettered",
 )
 
 
@@ -506,6 +608,12 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "schedule": SCHEDULE,
         "starting_deadline_s": DEADLINE,
         "populations": list(POPULATIONS),
+        "retry": RETRY,
+        "retry_variants": [
+            {key: list(v) if isinstance(v, tuple) else v for key, v in variant.items()}
+            for variant in RETRY_VARIANTS
+        ],
+        "dead_letter_retention_s": DEAD_LETTER_RETENTION,
         "user_deletes_s": USER_DELETES_SECONDS,
         "user_deletes_share": USER_DELETES_SHARE,
         "lease_delay_s": LEASE_DELAY,
@@ -525,7 +633,13 @@ def report(
         f"`python bench/chaos.py --duration {args.duration:.0f} --fault-every "
         f"{args.fault_every:.0f}` ({elapsed / 60:.0f} minutes in all). Populations: a quarter of "
         "the ScheduledJobs with `ttlSecondsAfterFinished: 0`, a quarter with both history limits "
-        "0, the rest keeping 2 successful and 1 failed. The slots expected are the auditor's own "
+        "0, a quarter keeping 2 successful and 1 failed, and a quarter with "
+        f"`retry: {json.dumps(RETRY)}` (dead letters kept {DEAD_LETTER_RETENTION} s) whose "
+        "pods fail chosen attempts, in turn: attempt 1 (success on 2), attempts 1 and 2 "
+        "(success on 3), every attempt (a dead letter after 3), and exit code "
+        f"{NOT_RETRYABLE_EXIT_CODE}, which their podFailurePolicy calls final (a dead letter "
+        "after 1). The user-deletes fault also deletes failed attempts while their runs wait "
+        "for the next (which ends the run). The slots expected are the auditor's own "
         "arithmetic (multiples of 10 s since the epoch in (creation, processedUntil]), not the "
         "operator's `Schedule`. Each replica reaches the API server through its own fault "
         f"proxy (during lease-latency, the leader's Lease GET/PUT held {LEASE_DELAY:.1f} s "
@@ -551,6 +665,15 @@ def report(
             f"| {row['missing']} | {row['gone']} |"
         )
     lines += [
+        "",
+        "| runs with spec.retry, by what they came to | runs |",
+        "|---|---|",
+    ]
+    lines += [f"| {kind} | {count} |" for kind, count in result["runs_by_verdict"].items()]
+    lines += [
+        "",
+        "Runs that succeeded, by attempt: "
+        + (", ".join(f"{n}: {c}" for n, c in result["succeeded_on_attempt"].items()) or "none"),
         "",
         f"Skips by reason: {result['skips_by_reason'] or 'none'}",
         "",
@@ -595,6 +718,7 @@ async def main_async(args: argparse.Namespace) -> int:
             result = await chaos(args, api, namespace, cluster, replicas, seen)
     finally:
         with contextlib.suppress(Exception):  # never hide the error that got us here
+            await release_leftovers(api, namespace)
             await api.request("DELETE", resource_path(NAMESPACES, name=namespace))
         await api.close()
     elapsed = time.time() - began
@@ -645,9 +769,13 @@ async def chaos(
         while time.time() - start < args.duration or index < len(FAULTS):
             await asyncio.sleep(args.fault_every)
             fault = FAULTS[index % len(FAULTS)]
+            waiting = fault in ("kill-leader", "pause-leader") and await a_run_waits(seen)
             index += 1
+            began = time.time()
             applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
-            seen.faults.append(Fault(time.time() - start, fault, applied, what))
+            if applied and waiting:
+                what += ", as a run waited for its next attempt"
+            seen.faults.append(Fault(time.time() - start, fault, applied, what, began))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         # A quiet end: catch-ups within the deadline, then a clean status everywhere.
         await asyncio.sleep(DEADLINE / 2)
@@ -663,14 +791,50 @@ async def chaos(
             task.cancel()
 
 
+async def release_leftovers(api: KubeApi, namespace: str) -> None:
+    """Remove the slot-record finalizer from the Jobs left holding it once the replicas are gone
+    (dead letters within their retention, a run cut short), as the README tells an admin to:
+    otherwise the namespace would never finish terminating."""
+    listed = await api.request("GET", resource_path(JOBS, namespace))
+    for job in listed["items"]:
+        metadata = job["metadata"]
+        if FINALIZER in (metadata.get("finalizers") or []):
+            await api.release_job(namespace, metadata["name"], metadata["uid"], FINALIZER)
+
+
+async def a_run_waits(seen: Observations) -> bool:
+    """Wait until an attempt has just failed with attempts left, so that a fault on the leader
+    hits its run between two attempts (the next is due 1 s later); False if none did in time."""
+    seen.run_waits.clear()
+    try:
+        async with asyncio.timeout(RUN_WAITS_TIMEOUT):
+            await seen.run_waits.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 def scheduledjob(index: int, namespace: str) -> dict[str, Any]:
     population = POPULATIONS[index % len(POPULATIONS)]
     job_spec: dict[str, Any] = {"backoffLimit": 0, "template": kwok_pod_template("1s")}
-    history = {"successfulJobsHistoryLimit": 2, "failedJobsHistoryLimit": 1}
+    history: dict[str, Any] = {"successfulJobsHistoryLimit": 2, "failedJobsHistoryLimit": 1}
     if population == "ttl-zero":
         job_spec["ttlSecondsAfterFinished"] = 0
     elif population == "history-zero":
         history = {"successfulJobsHistoryLimit": 0, "failedJobsHistoryLimit": 0}
+    elif population == "retry":
+        variant = RETRY_VARIANTS[index // len(POPULATIONS) % len(RETRY_VARIANTS)]
+        job_spec["template"] = kwok_pod_template("1s", **variant)
+        if "exit_code" in variant:
+            job_spec["podFailurePolicy"] = {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"operator": "In", "values": [variant["exit_code"]]},
+                    }
+                ]
+            }
+        history |= {"retry": RETRY, "deadLetter": {"retentionSeconds": DEAD_LETTER_RETENTION}}
     return {
         "apiVersion": "cronlease.io/v1alpha1",
         "kind": "ScheduledJob",

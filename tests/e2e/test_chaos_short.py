@@ -1,6 +1,8 @@
 """The short variant of `make chaos`: every kind of fault once, against 3 replicas and 40
-ScheduledJobs every 10 s (a quarter with TTL 0, a quarter with no history), then the audit:
-nothing duplicated, nothing missing, no stale write, no recorded slot's Job left held."""
+ScheduledJobs every 10 s (a quarter with TTL 0, a quarter with no history, a quarter failing
+chosen attempts under spec.retry), then the audit: nothing duplicated, nothing missing, no stale
+write, no recorded slot's Job left held; no attempt twice, none skipped or lost, none beyond
+maxAttempts, every run out of attempts a dead letter."""
 
 from __future__ import annotations
 
@@ -53,6 +55,12 @@ def test_short_chaos_run_audits_clean(
         "stale_leader_writes",
         "disallowed_skips",
         "held_after_recorded",
+        "duplicated_attempts",
+        "attempt_gaps",
+        "attempts_over_max",
+        "attempts_after_final",
+        "lost_attempts",
+        "exhausted_not_dead_lettered",
     ):
         assert audit[must_be_zero] == 0, (must_be_zero, audit)
     assert record["failed"] == [], record["failed"]
@@ -66,4 +74,19 @@ def test_short_chaos_run_audits_clean(
     # lease-latency: creates the old leader sent reached the API server after a standby took the
     # Lease over (they are held 12 s, a takeover takes about 5), and the fence refused them.
     assert audit["held_creates_refused"] >= 1, (audit, record["faults"])
-    assert set(audit["by_population"]) == {"ttl-zero", "history-zero", "default"}, audit
+    assert set(audit["by_population"]) == {"ttl-zero", "history-zero", "default", "retry"}, audit
+    # Every way a run with retries ends was taken: success on attempts 2 and 3, a dead letter
+    # after 3 attempts and after a final exit code, and a run ended by the user's deletion of
+    # its failed attempt while it waited for the next.
+    assert {"2", "3"} <= set(audit["succeeded_on_attempt"]), audit
+    verdicts = audit["runs_by_verdict"]
+    for verdict in (
+        "dead-lettered",
+        "dead-lettered (not retryable)",
+        "cancelled: failed attempt deleted while the run waited",
+    ):
+        assert verdicts.get(verdict, 0) >= 1, (verdict, audit)
+    # The faults on the leader hit runs between their attempts (kill-leader and pause-leader
+    # wait for one), and the next attempts were made by the new leader.
+    assert audit["runs_waiting_at_leader_fault"] >= 1, (audit, record["faults"])
+    assert audit["next_attempt_by_new_leader"] >= 1, audit
