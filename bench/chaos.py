@@ -46,16 +46,17 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# The audit of runs and attempts (hack/chaos_runs.py).
+# The audits of RunRequests (hack/chaos_requests.py) and of runs and attempts (chaos_runs.py).
+from chaos_requests import Request, audit_requests
 from chaos_runs import (
+    ENDED,
     LABEL_DEAD_LETTER,
     Seen,
     UserDeleted,
-    Verdict,
     audit_runs,
     parse_instant,
     runs_of,
@@ -65,7 +66,15 @@ from chaos_runs import seen as first_sighting
 
 # The operator's API plumbing only (a client, a list-then-watch); what the audit expects, it
 # works out for itself.
-from cronlease.kube import JOBS, NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
+from cronlease.kube import (
+    JOBS,
+    NAMESPACES,
+    RUNREQUESTS,
+    SCHEDULEDJOBS,
+    KubeApi,
+    connect,
+    resource_path,
+)
 from cronlease.listwatch import ListWatch
 from devcluster import faultproxy
 from devcluster.cluster import Cluster, cluster_dir, ensure_cluster
@@ -113,6 +122,15 @@ RETRY_VARIANTS: tuple[dict[str, Any], ...] = (
 # Dead letters are kept this long (then the operator deletes them): long enough for the audit to
 # see the label, short enough that they do not pile up.
 DEAD_LETTER_RETENTION = 60
+# RunRequests, all the while (not in rotation): the first batch once the first dead letters are
+# there, then one every REQUEST_ROUNDS fault rounds' time; each batch is a backfill of 3 to 6 past
+# slots of any ScheduledJob and a replay of the dead letters of one that makes them, each Forbid
+# or Allow at random; and, in CANCEL_SHARE of the batches, the deletion of a Forbid request that
+# has not finished (a cancellation).
+REQUEST_FIRST = 20.0
+REQUEST_ROUNDS = 3
+BACKFILL_SLOTS = (3, 6)
+CANCEL_SHARE = 0.5
 # kill-leader and pause-leader first wait this long at most for a run to be between attempts.
 RUN_WAITS_TIMEOUT = 15.0
 # user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
@@ -176,6 +194,8 @@ class Observations:
     user_deletes_failed: int = 0
     held_creates: dict[str, int] = field(default_factory=dict)  # lease-latency: answers, by code
     gone: set[str] = field(default_factory=set)  # uids of the Jobs seen DELETED
+    requests: dict[str, Request] = field(default_factory=dict)  # RunRequests, by uid
+    request_creates_failed: int = 0
 
 
 class JobSightings:
@@ -244,6 +264,107 @@ class JobSightings:
 
     def failed(self, error: Exception) -> None:
         pass  # the API server is being restarted: the list-then-watch tries again
+
+
+class RequestSightings:
+    """Every RunRequest in the namespace and its latest status (a list-then-watch's observer).
+    A request is known from the watch, not from the create's answer: one whose answer was lost
+    to an API server restart still has runs to account for."""
+
+    def __init__(self, seen: Observations) -> None:
+        self.seen = seen
+
+    def listed_item(self, obj: dict[str, Any]) -> None:
+        metadata, spec = obj["metadata"], obj.get("spec") or {}
+        request = self.seen.requests.get(metadata["uid"])
+        if request is None:
+            request = Request(
+                uid=metadata["uid"],
+                name=metadata["name"],
+                scheduledjob=str(spec.get("scheduledJobName", "")),
+                action="Backfill" if "backfill" in spec else "Replay",
+                policy=str(spec.get("concurrencyPolicy") or "Forbid"),
+                created=time.time(),
+            )
+            self.seen.requests[request.uid] = request
+        request.observe(obj)
+
+    def listed(self, version: str) -> None:
+        pass
+
+    def changed(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.listed_item(obj)
+        request = self.seen.requests[obj["metadata"]["uid"]]
+        if event_type == "DELETED" and request.deleted is None:
+            request.deleted = time.time()  # the DELETE's answer was lost: later, so lenient
+
+    def failed(self, error: Exception) -> None:
+        pass
+
+
+async def make_requests(
+    api: KubeApi, namespace: str, scheduledjobs: int, every: float, seen: Observations
+) -> None:
+    """Create RunRequests in batches, and cancel some, until cancelled (see REQUEST_FIRST)."""
+    with_dead_letters = [
+        i
+        for i in range(scheduledjobs)
+        if POPULATIONS[i % len(POPULATIONS)] == "retry"
+        and "result" in RETRY_VARIANTS[i // len(POPULATIONS) % len(RETRY_VARIANTS)]
+    ]
+    await asyncio.sleep(REQUEST_FIRST)
+    batch = 0
+    while True:
+        batch += 1
+        last = math.floor(time.time()) // PERIOD * PERIOD - PERIOD  # a past slot
+        slots = random.randint(*BACKFILL_SLOTS)
+        backfill: dict[str, Any] = {
+            "backfill": {
+                "from": stamp(last - (slots - 1) * PERIOD),
+                "to": stamp(last),
+            }
+        }
+        asked = [(random.randrange(scheduledjobs), f"b{batch}", backfill)]
+        if with_dead_letters:
+            target = random.choice(with_dead_letters)
+            asked.append((target, f"r{batch}", {"replay": {"deadLetters": True}}))
+        for index, name, spec in asked:
+            policy = random.choice(("Forbid", "Allow"))
+            body = {
+                "apiVersion": "cronlease.io/v1alpha1",
+                "kind": "RunRequest",
+                "metadata": {"name": f"{name}-c{index:04d}"},
+                "spec": {"scheduledJobName": f"c{index:04d}", "concurrencyPolicy": policy, **spec},
+            }
+            try:
+                await api.request("POST", resource_path(RUNREQUESTS, namespace), body)
+            except Exception:
+                seen.request_creates_failed += 1  # an outage: the watch finds it if it was made
+        if random.random() < CANCEL_SHARE:
+            await cancel_one(api, namespace, seen)
+        await asyncio.sleep(every)
+
+
+async def cancel_one(api: KubeApi, namespace: str, seen: Observations) -> None:
+    """Delete a Forbid request that has targets left to start, one midway if there is one."""
+    candidates = [
+        r
+        for r in seen.requests.values()
+        if r.live and r.policy == "Forbid" and r.started < (r.total or 1)
+    ]
+    if not candidates:
+        return
+    request = max(candidates, key=lambda r: (r.started > 0, random.random()))
+    body = {"preconditions": {"uid": request.uid}}
+    try:
+        await api.request("DELETE", resource_path(RUNREQUESTS, namespace, request.name), body)
+    except Exception:
+        return  # not accepted, or its answer lost: the watch's DELETED says when, later
+    request.deleted = time.time()
+
+
+def stamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def watch_jobs(api: KubeApi, namespace: str, seen: Observations) -> None:
@@ -387,10 +508,6 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
     return True, "a replica crash-looped 3 times"
 
 
-# A run that came to one of these has ended: none of its Jobs may stay held but a dead letter.
-ENDED = frozenset(Verdict) - {Verdict.GOING, Verdict.WAITING, Verdict.LOST, Verdict.UNLABELLED}
-
-
 def audit(
     scheduledjobs: list[dict[str, Any]],
     listed_at: float,
@@ -401,7 +518,9 @@ def audit(
     seconds after them."""
     by_slot: dict[tuple[str, float], set[str]] = {}
     for uid, job in seen.jobs.items():
-        if job.attempt == 1:  # a slot's Job; its retries carry the same slot
+        # A slot's Job; its retries carry the same slot, and so do a request's runs, which the
+        # request audit accounts for.
+        if job.attempt == 1 and not job.from_request:
             by_slot.setdefault((job.scheduledjob, job.slot), set()).add(uid)
     expected = created = missing = behind = 0
     skips: dict[str, int] = {}
@@ -452,13 +571,17 @@ def audit(
     off_schedule = sum(
         1
         for job in seen.jobs.values()
-        if job.slot % PERIOD != 0
-        or job.scheduledjob not in born_at
-        or job.slot <= born_at[job.scheduledjob]
+        if not job.from_request
+        and (
+            job.slot % PERIOD != 0
+            or job.scheduledjob not in born_at
+            or job.slot <= born_at[job.scheduledjob]
+        )
     )
     # A recorded slot whose Job still holds the finalizer: its release was lost. With retries,
     # a run's attempts are held until it ends, and a dead letter until its retention.
     held = 0
+    held_by_requests: list[Seen] = []  # for the request audit
     runs = runs_of(seen.jobs.values())
     for listed in jobs:
         metadata = listed["metadata"]
@@ -466,6 +589,9 @@ def audit(
         if FINALIZER not in (metadata.get("finalizers") or []) or entry is None:
             continue
         if (metadata.get("labels") or {}).get(LABEL_DEAD_LETTER) == "true":
+            continue
+        if entry.from_request:
+            held_by_requests.append(entry)
             continue
         if entry.max_attempts:
             attempts = runs[entry.scheduledjob, entry.run]
@@ -500,13 +626,20 @@ def audit(
             stale.append(evidence)
         elif first[0] < job.arrived - 1.0:
             late.append(evidence)
-    lags = [job.arrived - job.slot for job in seen.jobs.values() if job.attempt == 1]
+    lags = [
+        job.arrived - job.slot
+        for job in seen.jobs.values()
+        if job.attempt == 1 and not job.from_request
+    ]
     leader_faults = [
         fault.began
         for fault in seen.faults
         if fault.applied and fault.kind in ("kill-leader", "pause-leader", "lease-latency")
     ]
     attempts = audit_runs(seen.jobs.values(), time.time(), leader_faults)
+    by_request = audit_requests(
+        list(seen.requests.values()), seen.jobs.values(), held_by_requests, time.time()
+    )
     return {
         "slots_expected": expected,
         "slots_created": created,
@@ -535,7 +668,9 @@ def audit(
         "seen_late_after_takeover_jobs": late,
         "skips_by_reason": skips,
         "by_population": populations,
+        "request_creates_failed": seen.request_creates_failed,
         **attempts,
+        **by_request,
     }
 
 
@@ -581,6 +716,23 @@ LABELS = {
     "failed one was accepted (a decision already in flight)",
     "attempt_seconds_median": "an attempt's time from creation to its end, median s (pods run 1 s)",
     "attempt_seconds_max": "... longest s",
+    "requests": "RunRequests created",
+    "requests_backfill": "... backfills (3 to 6 past slots)",
+    "requests_replay": "... replays of dead letters",
+    "requests_cancelled": "... deleted before they finished (cancelled)",
+    "request_creates_failed": "RunRequest creates that failed (an outage)",
+    "backfills_complete": "backfills Complete (with at least one target)",
+    "replays_complete": "replays Complete (with at least one target)",
+    "request_targets_complete": "targets of the Complete requests",
+    "request_runs": "runs of requests",
+    "request_retries": "... retries among them (attempt 2 or later)",
+    "duplicated_targets": "targets of a request with two runs",
+    "off_target_runs": "request runs for no target of a request (unknown uid, index out of range)",
+    "complete_targets_without_run": "targets of Complete requests without a run",
+    "complete_counts_wrong": "Complete requests whose succeeded + failed is not their total",
+    "started_after_cancel": "targets started more than 2 s after their request's deletion",
+    "started_in_flight_at_cancel": "... within 2 s (a decision already in flight)",
+    "request_runs_held_at_end": "request runs ended but still holding the finalizer at the end",
 }
 MUST_BE_ZERO = (
     "duplicates",
@@ -596,6 +748,12 @@ MUST_BE_ZERO = (
     "attempts_after_final",
     "lost_attempts",
     "exhausted_not_dead_lettered",
+    "duplicated_targets",
+    "off_target_runs",
+    "complete_targets_without_run",
+    "complete_counts_wrong",
+    "started_after_cancel",
+    "request_runs_held_at_end",
 )
 
 
@@ -620,6 +778,10 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "create_delay_s": CREATE_DELAY,
         "lease_latency_s": LEASE_LATENCY_SECONDS,
         "election": ELECTION,
+        "request_first_s": REQUEST_FIRST,
+        "request_every_s": REQUEST_ROUNDS * args.fault_every,
+        "backfill_slots": list(BACKFILL_SLOTS),
+        "cancel_share": CANCEL_SHARE,
     }
 
 
@@ -676,6 +838,8 @@ def report(
         + (", ".join(f"{n}: {c}" for n, c in result["succeeded_on_attempt"].items()) or "none"),
         "",
         f"Skips by reason: {result['skips_by_reason'] or 'none'}",
+        "",
+        f"RunRequests by phase at the end: {result['requests_by_phase'] or 'none'}",
         "",
         "Faults injected:",
         "",
@@ -752,6 +916,9 @@ async def chaos(
     tasks = [
         asyncio.create_task(watch_jobs(api, namespace, seen)),
         asyncio.create_task(poll_lease(api, seen)),
+        asyncio.create_task(
+            ListWatch(api, resource_path(RUNREQUESTS, namespace), RequestSightings(seen)).run()
+        ),
     ]
     try:
         for i in range(args.scheduledjobs):
@@ -759,6 +926,11 @@ async def chaos(
                 "POST", resource_path(SCHEDULEDJOBS, namespace), scheduledjob(i, namespace)
             )
         start = time.time()
+        every = REQUEST_ROUNDS * args.fault_every
+        requests = asyncio.create_task(
+            make_requests(api, namespace, args.scheduledjobs, every, seen)
+        )
+        tasks.append(requests)
         print(
             f"{args.scheduledjobs} ScheduledJobs in {namespace}; "
             f"faults every {args.fault_every:.0f} s",
@@ -777,6 +949,7 @@ async def chaos(
                 what += ", as a run waited for its next attempt"
             seen.faults.append(Fault(time.time() - start, fault, applied, what, began))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
+        requests.cancel()  # no more requests either: the quiet end is for them to finish too
         # A quiet end: catch-ups within the deadline, then a clean status everywhere.
         await asyncio.sleep(DEADLINE / 2)
         listed_at = time.time()

@@ -2,7 +2,8 @@
 ScheduledJobs every 10 s (a quarter with TTL 0, a quarter with no history, a quarter failing
 chosen attempts under spec.retry), then the audit: nothing duplicated, nothing missing, no stale
 write, no recorded slot's Job left held; no attempt twice, none skipped or lost, none beyond
-maxAttempts, every run out of attempts a dead letter."""
+maxAttempts, every run out of attempts a dead letter; meanwhile RunRequests (backfills, replays
+of dead letters, some cancelled): one run per target, and every target of a Complete one run."""
 
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ def test_short_chaos_run_audits_clean(
         "attempts_after_final",
         "lost_attempts",
         "exhausted_not_dead_lettered",
+        "duplicated_targets",
+        "off_target_runs",
+        "complete_targets_without_run",
+        "complete_counts_wrong",
+        "started_after_cancel",
+        "request_runs_held_at_end",
     ):
         assert audit[must_be_zero] == 0, (must_be_zero, audit)
     assert record["failed"] == [], record["failed"]
@@ -90,3 +97,7 @@ def test_short_chaos_run_audits_clean(
     # wait for one), and the next attempts were made by the new leader.
     assert audit["runs_waiting_at_leader_fault"] >= 1, (audit, record["faults"])
     assert audit["next_attempt_by_new_leader"] >= 1, audit
+    # RunRequests ran through the faults: at least one backfill and one replay of dead letters
+    # reached Complete, every target with its one run (the must-be-zero figures above).
+    assert audit["backfills_complete"] >= 1, audit
+    assert audit["replays_complete"] >= 1, audit
