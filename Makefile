@@ -65,7 +65,7 @@ bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/r
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
 
-chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 0, no history, retries, user deletions, Lease latency among them), then an audit of every slot and attempt (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
+chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 0, no history, retries, backfills and replays, user deletions, Lease latency among them), then an audit of every slot, attempt and RunRequest target (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)
 
 writes: venv controlplane ## API writes per slot, cronlease vs CronJob, counted by kube-apiserver (bench/results/writes.md)

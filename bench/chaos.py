@@ -16,6 +16,8 @@ have `spec.retry` with pods that fail chosen attempts (some runs succeed on atte
 are dead-lettered after 3, some fail with an exit code their podFailurePolicy calls final), so
 the faults above also hit runs between attempts; while user-deletes is on, the user also deletes
 failed attempts as their runs wait for the next, which must end those runs.
+Meanwhile RunRequests, on a timer (REQUEST_FIRST): backfills of a few past slots and replays of
+dead letters, Forbid or Allow, some deleted midway (cancelled).
 
 The auditor watches from outside: every Job's events (re-listing after each outage), and the
 Lease's holder and token. At the end, for each ScheduledJob, every slot between its creation and
@@ -25,6 +27,8 @@ finalizer. The slots expected come from the auditor's own oracle, not the operat
 the schedule fires every 10 s of UTC, so its slots are the multiples of 10 s since the epoch.
 Every run's attempts are audited too (hack/chaos_runs.py): none twice, no gap, none beyond
 maxAttempts, none lost, every run out of attempts a dead letter.
+Every request target too (hack/chaos_requests.py): one run per (request, index), every target
+of a Complete request run and counted, none started after a cancellation, none left held.
 The audit goes to bench/results/chaos-latest.md for people and chaos-latest.json for tests.
 
     make chaos                                   # 3 minutes
