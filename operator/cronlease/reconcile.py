@@ -645,8 +645,8 @@ def _recent_runs(
     now: datetime,
 ) -> list[dict[str, Any]]:
     """The last runs, oldest first, each with its current attempt and result. A run that needed
-    more than one attempt and then succeeded gets a RunSucceeded Event, once: when its entry
-    turns from unfinished to Succeeded."""
+    more than one attempt and then succeeded gets a RunSucceeded Event, and a run that failed
+    with no retries a RunFailed Warning, once: when its entry turns from unfinished to that."""
     entries = []
     for entry in previous:
         entry = dict(entry)
@@ -657,13 +657,19 @@ def _recent_runs(
         elif run is not None:
             latest = run.latest
             result = RESULTS[outcomes[name]]
-            if result == "Succeeded" and entry.get("result") in _UNFINISHED and latest.attempt > 1:
+            ended = entry.get("result") in _UNFINISHED
+            if result == "Succeeded" and ended and latest.attempt > 1:
                 decision.events.append(
                     EventRecord(
                         EventType.NORMAL,
                         "RunSucceeded",
                         f"run {name} succeeded at attempt {latest.attempt}",
                     )
+                )
+            elif result == "Failed" and ended:  # with no attempt left to make: DeadLettered
+                why = f" ({latest.failure_reason})" if latest.failure_reason else ""
+                decision.events.append(
+                    EventRecord(EventType.WARNING, "RunFailed", f"run {name} failed{why}")
                 )
             entry["result"] = result
             entry["job"] = latest.name

@@ -429,3 +429,18 @@ def test_a_template_cannot_carry_cronlease_labels_or_annotations() -> None:
     assert "cronlease.io/dead-letter" not in labels
     assert labels["a"] == "b"
     assert (annotations["cronlease.io/max-attempts"], annotations["c"]) == ("3", "d")
+
+
+def test_a_run_that_fails_with_no_retries_is_a_run_failed_warning_once() -> None:
+    raw = spec(schedule=HOURLY)
+    start = view(raw, status=processed(raw, SLOT))
+    created = decide(dataclasses.replace(start, status=processed(raw, at(-60))), [], at(0, 1))
+    listed, _ = after_apply(start, [], created)
+    failed = job(RUN, state=JobState.FAILED, slot=SLOT, created_at=SLOT, finished_at=at(1),
+                 failure_reason="BackoffLimitExceeded")  # fmt: skip
+    first = decide(listed, [failed], at(2))
+    assert [(e.type.value, e.reason, e.message) for e in first.events] == [
+        ("Warning", "RunFailed", f"run {RUN} failed (BackoffLimitExceeded)")
+    ]
+    again = decide(dataclasses.replace(listed, status=first.status), [failed], at(3))
+    assert "RunFailed" not in event_reasons(again)
