@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 # The audits of RunRequests (hack/chaos_requests.py) and of runs and attempts (chaos_runs.py).
+from chaos_requests import MUST_BE_ZERO as REQUESTS_MUST_BE_ZERO
 from chaos_requests import Request, audit_requests
 from chaos_runs import (
     ENDED,
@@ -761,12 +762,7 @@ MUST_BE_ZERO = (
     "attempts_after_final",
     "lost_attempts",
     "exhausted_not_dead_lettered",
-    "duplicated_targets",
-    "off_target_runs",
-    "complete_targets_without_run",
-    "complete_counts_wrong",
-    "started_after_cancel",
-    "request_runs_held_at_end",
+    *REQUESTS_MUST_BE_ZERO,
 )
 
 

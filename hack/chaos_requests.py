@@ -28,6 +28,17 @@ from chaos_runs import ENDED, SETTLE_SECONDS, Seen, runs_of, verdict
 CANCEL_SLACK = 2.0
 
 
+# The request figures an audit must find at 0 (bench/chaos.py reports them among its own).
+MUST_BE_ZERO = (
+    "duplicated_targets",
+    "off_target_runs",
+    "complete_targets_without_run",
+    "complete_counts_wrong",
+    "started_after_cancel",
+    "request_runs_held_at_end",
+)
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
