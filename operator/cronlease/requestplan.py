@@ -180,7 +180,9 @@ def _accept(
     if spec.action is RequestAction.BACKFILL:
         total = len(_window(context, spec, check=True))
         status["observedSchedule"] = context.spec.trigger_key
-        window = f"{status_time(spec.start)} to {status_time(spec.end)}"
+        assert spec.start is not None
+        assert spec.end is not None
+        window = f"{format_time(spec.start)} to {format_time(spec.end)}"
         what = f"backfill of {total} slot(s) from {window}"
     else:
         targets = _resolve_replay(context, spec)
@@ -195,10 +197,6 @@ def _accept(
         startedAt=format_time(context.now),
     )
     decision.events.append(EventRecord(EventType.NORMAL, "RequestAccepted", what, request.ref))
-
-
-def status_time(instant: datetime | None) -> str:
-    return format_time(instant) if instant else ""
 
 
 def _window(context: RequestContext, spec: RequestSpec, check: bool = False) -> list[datetime]:
