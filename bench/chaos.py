@@ -136,6 +136,8 @@ REQUEST_FIRST = 20.0
 REQUEST_ROUNDS = 3
 BACKFILL_SLOTS = (3, 6)
 CANCEL_SHARE = 0.5
+# At the quiet end, the requests still running are given this long more to finish.
+REQUESTS_SETTLE = 60.0
 # kill-leader and pause-leader first wait this long at most for a run to be between attempts.
 RUN_WAITS_TIMEOUT = 15.0
 # user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
@@ -200,7 +202,12 @@ class Observations:
     held_creates: dict[str, int] = field(default_factory=dict)  # lease-latency: answers, by code
     gone: set[str] = field(default_factory=set)  # uids of the Jobs seen DELETED
     requests: dict[str, Request] = field(default_factory=dict)  # RunRequests, by uid
+    requests_changed: asyncio.Event = field(default_factory=asyncio.Event)  # set on each event
     request_creates_failed: int = 0
+
+    def requests_pending(self) -> int:
+        """The requests neither deleted nor finished."""
+        return sum(1 for request in self.requests.values() if request.live)
 
 
 class JobSightings:
@@ -293,6 +300,7 @@ class RequestSightings:
             )
             self.seen.requests[request.uid] = request
         request.observe(obj)
+        self.seen.requests_changed.set()
 
     def listed(self, version: str) -> None:
         pass
@@ -323,19 +331,23 @@ async def make_requests(
         for i in with_dead_letters
         if "exit_code" in RETRY_VARIANTS[i // len(POPULATIONS) % len(RETRY_VARIANTS)]
     ]
+    plain = [i for i in range(scheduledjobs) if POPULATIONS[i % len(POPULATIONS)] == "default"]
     await asyncio.sleep(REQUEST_FIRST)
     batch = 0
     while True:
         batch += 1
         last = math.floor(time.time()) // PERIOD * PERIOD - PERIOD  # a past slot
-        slots = random.randint(*BACKFILL_SLOTS)
+        # The first backfill is of the fewest slots of a ScheduledJob whose runs succeed at once,
+        # so that one backfill at least completes even on a slow machine.
+        slots = BACKFILL_SLOTS[0] if batch == 1 else random.randint(*BACKFILL_SLOTS)
+        backfilled = random.choice(plain if batch == 1 and plain else list(range(scheduledjobs)))
         backfill: dict[str, Any] = {
             "backfill": {
                 "from": stamp(last - (slots - 1) * PERIOD),
                 "to": stamp(last),
             }
         }
-        asked = [(random.randrange(scheduledjobs), f"b{batch}", backfill)]
+        asked = [(backfilled, f"b{batch}", backfill)]
         if with_dead_letters:
             target = random.choice(at_once if batch == 1 and at_once else with_dead_letters)
             asked.append((target, f"r{batch}", {"replay": {"deadLetters": True}}))
@@ -959,8 +971,10 @@ async def chaos(
             seen.faults.append(Fault(time.time() - start, fault, applied, what, began))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         requests.cancel()  # no more requests either: the quiet end is for them to finish too
-        # A quiet end: catch-ups within the deadline, then a clean status everywhere.
+        # A quiet end: catch-ups within the deadline, then a clean status everywhere; and the
+        # requests' last runs, which a slow Job controller may keep waiting (REQUESTS_SETTLE).
         await asyncio.sleep(DEADLINE / 2)
+        await requests_finish(seen)
         listed_at = time.time()
         listed = await api.request("GET", resource_path(SCHEDULEDJOBS, namespace))
         # Jobs whose creation preceded the status just read arrive meanwhile, and a slot recorded
@@ -971,6 +985,17 @@ async def chaos(
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def requests_finish(seen: Observations) -> None:
+    """Wait until every request is finished or deleted, or REQUESTS_SETTLE has passed."""
+    try:
+        async with asyncio.timeout(REQUESTS_SETTLE):
+            while seen.requests_pending():
+                seen.requests_changed.clear()
+                await seen.requests_changed.wait()
+    except TimeoutError:
+        pass  # the audit reports them by phase
 
 
 async def release_leftovers(api: KubeApi, namespace: str) -> None:

@@ -337,7 +337,7 @@ class Applier:
             metrics.reconcile_errors.labels("create").inc()
             self._event(sj.ref, "Warning", "FailedCreate", f"Job {run.job_name}: {error.message}")
             raise RetryLater(f"creating Job {run.job_name}: {error}") from error
-        lag = time.time() - run.slot.timestamp()
+        lag = time.time() - (run.start or run.slot).timestamp()
         metrics.jobs_created.labels(run.trigger).inc()
         if run.attempt > 1:  # late by design: the delay after a failed attempt
             metrics.run_attempts.labels(run.trigger).inc()

@@ -17,8 +17,10 @@ schedules), so it only enumerates naive wall-clock times here and `_instant` app
 rule. That mapping is monotone in wall time, which is what lets us start croniter from
 any wall time whose slot is on the correct side of an instant and never miss a slot.
 
-Day-of-month and day-of-week combine with OR when both are restricted, like classic cron
-(croniter's default, kept on purpose so expressions mean what cron users expect).
+The grammar is CronJob's (robfig/cron), read by `cronsyntax` into what croniter evaluates.
+Day-of-month and day-of-week combine with OR when both are restricted, like classic cron and
+CronJob. "@every <duration>" is no calendar: its slots are the ScheduledJob's creation plus
+whole periods, as CronJob counts them, in any time zone.
 
 Counting is arithmetic, not enumeration (`Schedule.count_between`): the named wall times are
 the named days times the named times of day, so they are counted per day, and the time rule
@@ -30,7 +32,8 @@ from __future__ import annotations
 import calendar
 import copy
 import functools
-import re
+import itertools
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +42,14 @@ from itertools import islice, takewhile
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
+
+from cronlease.cronsyntax import (
+    MINUTE_FIELDS,
+    SECOND_FIELDS,
+    CronSyntaxError,
+    every_seconds,
+    read_field,
+)
 
 MACROS: dict[str, str] = {
     "@yearly": "0 0 1 1 *",
@@ -50,14 +61,10 @@ MACROS: dict[str, str] = {
     "@hourly": "0 * * * *",
 }
 
-_MINUTE_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_SECOND_FIELDS = ("second", *_MINUTE_FIELDS)
-_RANGE = re.compile(r"^(\w+)-(\w+)(?:/\d+)?$")
-_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
-_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-_NAMED_VALUES = {name: number for number, name in enumerate(_WEEKDAYS)} | {
-    name: number for number, name in enumerate(_MONTHS, start=1)
-}
+EVERY = "@every"
+# Where "@every" slots count from when the caller names no instant (a ScheduledJob names its
+# creation).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Names that ZoneInfo may load but that mean "whatever this machine is set to", which
 # would make a schedule depend on the node the operator happens to run on.
 _HOST_ZONES = frozenset({"local", "localtime", "posixrules"})
@@ -104,25 +111,39 @@ class Schedule:
     expression: str
     time_zone: str = "UTC"
     has_seconds: bool = False
+    # "@every": the period in seconds (0 for a cron expression); the slots are anchor + k x
+    # every for k >= 1, the anchor cut to the second.
+    every: int = 0
+    anchor: datetime = EPOCH
 
     @classmethod
-    def parse(cls, expression: str, time_zone: str = "UTC") -> Schedule:
+    def parse(
+        cls, expression: str, time_zone: str = "UTC", anchor: datetime | None = None
+    ) -> Schedule:
         """Parse once per distinct (expression, zone): every decision re-reads its spec, and
-        validation includes a search for the first slot. Schedules are immutable, so shared."""
-        return _parse_cached(expression, time_zone)
+        validation includes a search for the first slot. Schedules are immutable, so shared.
+        `anchor` is where "@every" counts from (EPOCH if None); other expressions ignore it."""
+        if not expression.strip().lower().startswith(EVERY):
+            anchor = None  # one cached Schedule for every ScheduledJob with this expression
+        return _parse_cached(expression, time_zone, anchor)
 
     @classmethod
-    def _parse_uncached(cls, expression: str, time_zone: str = "UTC") -> Schedule:
+    def _parse_uncached(cls, expression: str, time_zone: str, anchor: datetime | None) -> Schedule:
         """Validate the spec values up front so bad input fails once, with a clear message.
 
         Only ScheduleError escapes: callers turn it into a user-visible condition and must
         not crash on whatever croniter happens to raise.
         """
         expression = expression.strip()
-        fields = _cron_fields(expression)
         zone_name = time_zone or "UTC"
         _load_zone(zone_name)
-        schedule = cls(expression, zone_name, has_seconds=len(fields) == len(_SECOND_FIELDS))
+        if expression.lower().startswith(EVERY):
+            every = _every(expression)
+            start = _as_utc(anchor or EPOCH).replace(microsecond=0)
+            # Jobs are named by the minute unless slots can share one (a period under 60 s).
+            return cls(expression, zone_name, every < 60, every=every, anchor=start)
+        fields = _cron_fields(expression)
+        schedule = cls(expression, zone_name, has_seconds=len(fields) == len(SECOND_FIELDS))
         schedule._require_fires()
         return schedule
 
@@ -134,6 +155,8 @@ class Schedule:
         the last answer serves any instant in [asked, answer) (what it saves at a burst:
         bench/results/latest.md)."""
         instant = _as_utc(instant)
+        if self.every:
+            return self._nth_every(max(self._periods_to(instant), 0) + 1)
         last: tuple[datetime, datetime | None] | None = self.__dict__.get("_last_next_after")
         if last is not None and last[1] is not None and last[0] <= instant < last[1]:
             return last[1]
@@ -151,6 +174,10 @@ class Schedule:
         after, until = _as_utc(after), _as_utc(until)
         if limit <= 0:
             return []
+        if self.every:
+            first, last = self._every_range(after, until)
+            slots = (self._nth_every(k) for k in range(max(first, last - limit + 1), last + 1))
+            return [slot for slot in slots if slot is not None]
         recent = list(islice(takewhile(lambda s: s > after, self._slots_until(until)), limit))
         recent.reverse()
         return recent
@@ -171,6 +198,9 @@ class Schedule:
         after, until = _as_utc(after), _as_utc(until)
         if until <= after:
             return 0
+        if self.every:
+            first, last = self._every_range(after, until)
+            return max(last - first + 1, 0)
         count = self._walls_between(self._wall_not_after(after), self._wall_not_after(until))
         for change in self._clock_jumps(after, until):
             merged = self._walls_between(
@@ -179,13 +209,44 @@ class Schedule:
             count -= max(merged - 1, 0)
         return count
 
+    @functools.cached_property
+    def shortest_gap(self) -> timedelta:
+        """The shortest time between two named times of day (or the period of "@every"): the
+        slots of a day are never closer, except where a clock change takes an hour out."""
+        if self.every:
+            return timedelta(seconds=self.every)
+        clock = self._clock
+        times = [
+            (hour * 60 + minute) * 60 + second
+            for hour in clock.hours
+            for minute in clock.minutes
+            for second in clock.seconds
+        ]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        return timedelta(seconds=min([*gaps, times[0] + 86_400 - times[-1]]))
+
     @property
     def _zone(self) -> ZoneInfo:
         return ZoneInfo(self.time_zone)  # ZoneInfo caches instances per key
 
-    @property
+    @functools.cached_property
     def _cron_expression(self) -> str:
-        return MACROS.get(self.expression.lower(), self.expression)
+        """The expression as croniter must read it (`cronsyntax`)."""
+        return " ".join(_cron_fields(self.expression))
+
+    def _periods_to(self, instant: datetime) -> int:
+        """How many whole "@every" periods lie between the anchor and `instant` (floor)."""
+        return math.floor((instant - self.anchor).total_seconds() / self.every)
+
+    def _every_range(self, after: datetime, until: datetime) -> tuple[int, int]:
+        """The k of the "@every" slots in (after, until]: first..last, empty if last < first."""
+        return max(self._periods_to(after) + 1, 1), self._periods_to(until)
+
+    def _nth_every(self, k: int) -> datetime | None:
+        try:
+            return self.anchor + timedelta(seconds=k * self.every)
+        except OverflowError:  # past year 9999: the schedule never fires again
+            return None
 
     def _walls_between(self, low: datetime, high: datetime) -> int:
         """How many wall times the expression names in (low, high]; naive whole seconds."""
@@ -224,7 +285,7 @@ class Schedule:
     @functools.cached_property
     def _clock(self) -> _Clock:
         expanded = self._cron_template.expanded
-        seconds = expanded[5] if len(expanded) > len(_MINUTE_FIELDS) else [0]
+        seconds = expanded[5] if len(expanded) > len(MINUTE_FIELDS) else [0]
         return _Clock(_values(expanded[1], 24), _values(expanded[0], 60), _values(seconds, 60))
 
     @functools.cached_property
@@ -407,7 +468,37 @@ def _contains(values: tuple[int, ...], value: int) -> bool:
 
 
 def _cron_fields(expression: str) -> list[str]:
-    """Split and validate an expression; macros expand to their 5-field meaning."""
+    """Validate an expression; its fields as croniter must read them (macros expanded)."""
+    _require_plain(expression)
+    fields = _expand_macro(expression) if expression.startswith("@") else expression.split()
+    if len(fields) not in (len(MINUTE_FIELDS), len(SECOND_FIELDS)):
+        raise ScheduleError(
+            f'schedule: "{expression}" has {len(fields)} fields; expected 5 '
+            "(minute hour day-of-month month day-of-week) or 6 (second first)"
+        )
+    grammar = SECOND_FIELDS if len(fields) == len(SECOND_FIELDS) else MINUTE_FIELDS
+    read = []
+    for text, field in zip(fields, grammar, strict=True):
+        try:
+            read.append(read_field(text, field))
+        except CronSyntaxError as error:
+            raise ScheduleError(f'schedule: invalid {field.name} field "{text}": {error}') from None
+    return read
+
+
+def _every(expression: str) -> int:
+    """The period of "@every <duration>" in seconds."""
+    _require_plain(expression)
+    keyword, *duration = expression.split(None, 1)
+    if keyword.lower() != EVERY:
+        raise ScheduleError(f'schedule: unknown macro "{expression}"; write "@every <duration>"')
+    try:
+        return every_seconds(duration[0] if duration else "")
+    except CronSyntaxError as error:
+        raise ScheduleError(f"schedule: {error}") from None
+
+
+def _require_plain(expression: str) -> None:
     if not expression:
         raise ScheduleError("schedule: must not be empty")
     if not expression.isascii():
@@ -417,90 +508,14 @@ def _cron_fields(expression: str) -> list[str]:
             f'schedule: "{expression}": TZ=/CRON_TZ= prefixes are not supported; '
             "use the timeZone field instead"
         )
-    if expression.startswith("@"):
-        return _expand_macro(expression)
-    fields = expression.split()
-    if len(fields) not in (len(_MINUTE_FIELDS), len(_SECOND_FIELDS)):
-        raise ScheduleError(
-            f'schedule: "{expression}" has {len(fields)} fields; expected 5 '
-            "(minute hour day-of-month month day-of-week) or 6 (second first)"
-        )
-    names = _SECOND_FIELDS if len(fields) == len(_SECOND_FIELDS) else _MINUTE_FIELDS
-    _reject_nondeterministic(fields)
-    _require_valid_fields(fields, names)
-    _reject_unclear_ranges(fields, names)
-    return fields
 
 
 def _expand_macro(expression: str) -> list[str]:
     macro = MACROS.get(expression.lower())
     if macro is None:
-        supported = ", ".join(MACROS)
+        supported = ", ".join([*MACROS, EVERY + " <duration>"])
         raise ScheduleError(f'schedule: unknown macro "{expression}" (supported: {supported})')
     return macro.split()
-
-
-def _reject_nondeterministic(fields: list[str]) -> None:
-    """croniter's R (random) and H (hashed) change meaning per call or per hash id.
-
-    Slots must be identical on every replica and after every restart, otherwise a job
-    could run twice or never. No month or weekday name starts with R or H.
-    """
-    for field in fields:
-        for part in field.split(","):
-            if part[:1].upper() in ("R", "H"):
-                raise ScheduleError(
-                    f'schedule: "{part}" (random/hashed value) is not supported; '
-                    "slots must be the same on every evaluation"
-                )
-
-
-def _require_valid_fields(fields: list[str], names: tuple[str, ...]) -> None:
-    """Name the first bad field; croniter's own message quotes only the whole expression."""
-    if _croniter_accepts(fields):
-        return
-    for index, (name, value) in enumerate(zip(names, fields, strict=True)):
-        probe = ["*"] * len(fields)
-        probe[index] = value
-        if not _croniter_accepts(probe):
-            raise ScheduleError(f'schedule: invalid {name} field "{value}"')
-    raise ScheduleError(f'schedule: invalid expression "{" ".join(fields)}"')
-
-
-def _reject_unclear_ranges(fields: list[str], names: tuple[str, ...]) -> None:
-    """Refuse ranges that do not run upwards, which croniter reads unlike classic cron.
-
-    croniter expands an equal range ("5-5", "0-0/5") to the WHOLE cycle and wraps a
-    reversed one ("22-2/3") with its own phase; Kubernetes CronJob rejects both. A
-    user writing either almost certainly meant something else, so ask for a plain
-    value or a list rather than firing far more often than intended.
-    """
-    for name, field in zip(names, fields, strict=True):
-        for part in field.split(","):
-            match = _RANGE.match(part)
-            if match is None:
-                continue
-            low, high = (_range_bound(bound) for bound in match.group(1, 2))
-            if low is not None and high is not None and low >= high:
-                raise ScheduleError(
-                    f'schedule: {name} range "{part}" must go from a lower to a higher '
-                    "value; use a single value or a list instead"
-                )
-
-
-def _range_bound(text: str) -> int | None:
-    """A range bound as a number; None for tokens like L whose order croniter owns."""
-    if text.isdigit():
-        return int(text)
-    return _NAMED_VALUES.get(text.upper())
-
-
-def _croniter_accepts(fields: list[str]) -> bool:
-    try:
-        croniter(" ".join(fields), _FIRES_ANCHOR, second_at_beginning=True)
-    except Exception:  # croniter raises ValueError, TypeError, KeyError... for bad input
-        return False
-    return True
 
 
 def _load_zone(name: str) -> ZoneInfo:
@@ -545,5 +560,5 @@ def _offset_change(zone: ZoneInfo, before: datetime, after: datetime) -> datetim
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(expression: str, time_zone: str) -> Schedule:
-    return Schedule._parse_uncached(expression, time_zone)
+def _parse_cached(expression: str, time_zone: str, anchor: datetime | None) -> Schedule:
+    return Schedule._parse_uncached(expression, time_zone, anchor)

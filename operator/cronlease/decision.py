@@ -23,11 +23,13 @@ class SkipReason(enum.StrEnum):
     SUPERSEDED = "Superseded"
     # The slot's Job name is held by a Job the leader did not write (a user's, a tenant's).
     NAME_CONFLICT = "NameConflict"
+    # spec.pauseOnFailure paused the ScheduledJob (cronlease.pausing).
+    PAUSED = "Paused"
 
 
 # Skips the user asked for (a policy, a suspension) are Normal Events, as CronJob's
 # JobAlreadyActive is; the others say something went wrong and are Warnings.
-EXPECTED_SKIPS = frozenset({SkipReason.CONCURRENCY_FORBID, SkipReason.SUSPENDED})
+EXPECTED_SKIPS = frozenset({SkipReason.CONCURRENCY_FORBID, SkipReason.SUSPENDED, SkipReason.PAUSED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class PlannedRun:
     # under, so turning retries on never retries runs from before.
     max_attempts: int = 0
     request: RequestTarget | None = None  # a RunRequest's run (trigger Replay or Backfill)
+    start: datetime | None = None  # when a slot's run is due: the slot plus its jitter
 
     @property
     def run_name(self) -> str:

@@ -16,6 +16,7 @@ LABEL_SCHEDULEDJOB = f"{GROUP}/scheduledjob"
 ANNOTATION_SCHEDULED_AT = f"{GROUP}/scheduled-at"
 ANNOTATION_TRIGGER = f"{GROUP}/trigger"
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"
+ANNOTATION_RESUME = f"{GROUP}/resume"  # a new value lifts a pause on failure (cronlease.pausing)
 ANNOTATION_LEADER = f"{GROUP}/leader"
 ANNOTATION_FENCING_TOKEN = f"{GROUP}/fencing-token"
 # A run's attempts (issue 15): each attempt is a Job; the run is named by its first attempt.

@@ -32,8 +32,10 @@ from cronlease.decision import (
     SkippedSlots,
     SkipReason,
 )
+from cronlease.jitter import jitter
 from cronlease.jobinfo import NOT_RETRYABLE, JobInfo, JobState
 from cronlease.naming import (
+    ANNOTATION_RESUME,
     ANNOTATION_RUN_NOW,
     LABEL_DEAD_LETTER,
     LABEL_RETRIED,
@@ -46,6 +48,7 @@ from cronlease.naming import (
     parse_time,
     scheduled_job_name,
 )
+from cronlease.pausing import PAUSED, update_pause
 from cronlease.requestplan import RequestContext, plan_requests, settled_request_runs
 from cronlease.runrequest import RunRequestView
 from cronlease.runs import ONGOING, Run, RunOutcome, runs_of
@@ -92,7 +95,7 @@ def decide(
     owned = [job for job in jobs if job.owner_uid == sj.uid and job.trusted]
     taken = frozenset(job.name for job in jobs if job.owner_uid != sj.uid or not job.trusted)
     try:
-        spec = parse_spec(sj.name, sj.spec)
+        spec = parse_spec(sj.name, sj.spec, sj.created_at)
     except SpecError as error:
         return _invalid(sj, jobs, requests, str(error), now)
     refused = sj.status.get("templateError") or {}
@@ -106,10 +109,15 @@ def decide(
     outcomes = {name: run.outcome(spec.retry) for name, run in runs.items()}
     # A run waiting for its next attempt is active for the concurrency policy.
     waiting = [runs[name].latest for name, o in outcomes.items() if o is RunOutcome.RETRYING]
+    ended = _ended_results(status.get("recentRuns") or [], runs, outcomes)
+    resume = sj.annotations.get(ANNOTATION_RESUME)
+    paused, events = update_pause(spec.pause_on_failure, ended, resume, status, sj.generation, now)
+    decision.events += events
 
-    due, uncounted = _due_slots(spec, cursor, now)
+    due, uncounted = _due_slots(sj, spec, cursor, now)
     if due:
-        _handle_due_slots(sj, spec, owned, waiting, taken, due, uncounted, now, decision)
+        halted = _halted(sj, spec, paused)
+        _handle_due_slots(sj, spec, owned, waiting, taken, due, uncounted, halted, now, decision)
         cursor = due[-1]
     _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
     # After the new runs: a run that Replace has just ended gets no next attempt.
@@ -131,10 +139,10 @@ def decide(
     ongoing = frozenset(name for name, run in runs.items() if run.holds(spec.retry))
     settled = settled_request_runs(requests, jobs)
     _plan_releases(sj, jobs, decision, settled, ongoing, kept_held)
-    _write_status(sj, spec, owned, runs, outcomes, status, cursor, now, decision)
+    _write_status(sj, spec, owned, runs, outcomes, status, cursor, paused, now, decision)
     decision.status = status
-    if not spec.suspend:
-        decision.wake_at = _earliest(decision.wake_at, _next_slot(spec, cursor, now))
+    if not (spec.suspend or paused) and (following := _next_slot(spec, cursor, now)) is not None:
+        decision.wake_at = _earliest(decision.wake_at, _start(sj, spec, following))
     return decision
 
 
@@ -298,8 +306,12 @@ def _dead_letter_reason(job: JobInfo) -> str:
     return NOT_RETRYABLE if job.failure_reason == NOT_RETRYABLE else "AttemptsExhausted"
 
 
-def _due_slots(spec: Spec, cursor: datetime | None, now: datetime) -> tuple[list[datetime], int]:
-    """Due slots, oldest first, and how many older ones were only counted, not listed."""
+def _due_slots(
+    sj: ScheduledJobView, spec: Spec, cursor: datetime | None, now: datetime
+) -> tuple[list[datetime], int]:
+    """Due slots, oldest first, and how many older ones were only counted, not listed. Under
+    jitter, the newest slot is not due until its start (earlier ones have started: a start is
+    before the next slot)."""
     if spec.run_at is not None:
         processed = cursor is not None and cursor >= spec.run_at
         return ([spec.run_at] if not processed and spec.run_at <= now else []), 0
@@ -309,12 +321,25 @@ def _due_slots(spec: Spec, cursor: datetime | None, now: datetime) -> tuple[list
     uncounted = 0
     if len(due) == MAX_ENUMERATED_SLOTS:
         uncounted = spec.schedule.count_between(cursor, now) - len(due)
+    if due and _start(sj, spec, due[-1]) > now:
+        due.pop()  # the cursor stays before it; the decision wakes at its start
     return due, uncounted
 
 
-def _late(spec: Spec, slot: datetime, now: datetime) -> bool:
+def _start(sj: ScheduledJobView, spec: Spec, slot: datetime) -> datetime:
+    """When a slot's run is due: the slot, plus its jitter (cronlease.jitter) if any."""
+    if not spec.jitter_seconds or spec.schedule is None:
+        return slot
+    following = spec.schedule.next_after(slot)
+    gap = following - slot if following is not None else None
+    return slot + jitter(sj.namespace, sj.name, slot, spec.jitter_seconds, gap)
+
+
+def _late(spec: Spec, start: datetime, now: datetime) -> bool:
+    """Whether a run due at `start` is past spec.startingDeadlineSeconds (counted from the start,
+    so a jitter never makes a run late)."""
     deadline = spec.starting_deadline_seconds
-    return deadline is not None and now - slot > timedelta(seconds=deadline) + ON_TIME_TOLERANCE
+    return deadline is not None and now - start > timedelta(seconds=deadline) + ON_TIME_TOLERANCE
 
 
 def _handle_due_slots(
@@ -325,6 +350,7 @@ def _handle_due_slots(
     taken: frozenset[str],
     due: list[datetime],
     uncounted: int,
+    halted: SkipReason | None,
     now: datetime,
     decision: Decision,
 ) -> None:
@@ -333,7 +359,13 @@ def _handle_due_slots(
 
     def planned(slot: datetime) -> PlannedRun:
         name = scheduled_job_name(sj.name, slot, with_seconds)
-        return PlannedRun(name, slot, TRIGGER_SCHEDULE, max_attempts=_max_attempts(spec))
+        start = _start(sj, spec, slot)
+        return PlannedRun(
+            name, slot, TRIGGER_SCHEDULE, max_attempts=_max_attempts(spec), start=start
+        )
+
+    def late(slot: datetime) -> bool:
+        return _late(spec, _start(sj, spec, slot), now)
 
     # A slot that already has a Job ran, whatever the policy says now (its record was lost with
     # a crash or a lost response): it is recorded as a run and never counted as skipped.
@@ -343,15 +375,15 @@ def _handle_due_slots(
         _skip(decision, SkipReason.NAME_CONFLICT, len(conflicts), conflicts[-1])
         pending = [slot for slot in pending if slot not in conflicts]
     # Slots only counted, never listed, are older than due[0]: late if it is, else superseded.
-    uncounted_late = uncounted if _late(spec, due[0], now) else 0
-    if spec.suspend or _condition_true(sj.status, "Suspended"):
-        # Suspended, or until this decision (it was resumed since): slots of the suspension
+    uncounted_late = uncounted if late(due[0]) else 0
+    if halted is not None:
+        # Suspended or paused, or until this decision (it was resumed since): slots of the halt
         # are recorded once, when a decision happens, not with a wake-up and a write each.
         if pending or uncounted:
-            _skip(decision, SkipReason.SUSPENDED, len(pending) + uncounted, (pending or due)[-1])
+            _skip(decision, halted, len(pending) + uncounted, (pending or due)[-1])
         return
-    late = [slot for slot in pending if _late(spec, slot, now)]
-    timely = pending[len(late) :]  # ascending, so the late ones are a prefix
+    too_late = [slot for slot in pending if late(slot)]
+    timely = pending[len(too_late) :]  # ascending, so the late ones are a prefix
     if (
         spec.starting_deadline_seconds is not None
         and spec.concurrency_policy is ConcurrencyPolicy.ALLOW
@@ -363,12 +395,12 @@ def _handle_due_slots(
         # Without a deadline, or when runs may not overlap, only the newest runs (CronJob's rule).
         runnable = timely[-1:]
     superseded = timely[: len(timely) - len(runnable)]
-    if late or uncounted_late:
+    if too_late or uncounted_late:
         _skip(
             decision,
             SkipReason.DEADLINE_EXCEEDED,
-            len(late) + uncounted_late,
-            (late or due)[-1 if late else 0],
+            len(too_late) + uncounted_late,
+            (too_late or due)[-1 if too_late else 0],
         )
     if superseded or uncounted - uncounted_late:
         count = len(superseded) + uncounted - uncounted_late
@@ -376,6 +408,31 @@ def _handle_due_slots(
     for slot in runnable:
         if _admit(spec, owned, waiting, decision, slot, TRIGGER_SCHEDULE):
             decision.runs.append(planned(slot))
+
+
+def _halted(sj: ScheduledJobView, spec: Spec, paused: bool) -> SkipReason | None:
+    """Why due slots are skipped rather than run, if they are: a suspension or a pause, now or
+    until this decision (lifting either never runs the slots that came due meanwhile)."""
+    if spec.suspend or _condition_true(sj.status, "Suspended"):
+        return SkipReason.SUSPENDED
+    if paused or _condition_true(sj.status, PAUSED):
+        return SkipReason.PAUSED
+    return None
+
+
+def _ended_results(
+    previous: list[dict[str, Any]], runs: dict[str, Run], outcomes: dict[str, RunOutcome]
+) -> list[str]:
+    """The results of the runs that recentRuns listed unfinished and that have ended since."""
+    ended = []
+    for entry in previous:
+        name = entry.get("run") or entry.get("job", "")
+        if name not in runs or outcomes[name] is RunOutcome.SUPERSEDED:
+            continue
+        result = RESULTS[outcomes[name]]
+        if entry.get("result") in _UNFINISHED and result not in _UNFINISHED:
+            ended.append(result)
+    return ended
 
 
 def _record_if_exists(decision: Decision, owned: Sequence[JobInfo], run: PlannedRun) -> bool:
@@ -567,6 +624,7 @@ def _write_status(
     outcomes: dict[str, RunOutcome],
     status: dict[str, Any],
     cursor: datetime | None,
+    paused: bool,
     now: datetime,
     decision: Decision,
 ) -> None:
@@ -593,7 +651,7 @@ def _write_status(
     last_success = max([*succeeded, *_times(status.get("lastSuccessfulTime"))], default=None)
     if last_success is not None:
         status["lastSuccessfulTime"] = format_time(last_success)
-    next_slot = None if spec.suspend else _next_slot(spec, cursor, now)
+    next_slot = None if spec.suspend or paused else _next_slot(spec, cursor, now)
     status["nextScheduleTime"] = format_time(next_slot) if next_slot else None
     # Runs of slots and run-nows: a request counts its own runs (its cursor is in its status;
     # counted here too, a run whose request's write was lost would be counted again).
@@ -696,7 +754,8 @@ def _recent_runs(
             "result": "Active",
         }
         if planned.request is None:  # a request's slot is past by design: no lag to speak of
-            entry["lagSeconds"] = round((created - planned.slot).total_seconds(), 3)
+            due = planned.start or planned.slot
+            entry["lagSeconds"] = round((created - due).total_seconds(), 3)
         if retry is not None:
             entry.update(run=planned.run_name, attempts=planned.attempt)
         entries.append(entry)
@@ -807,4 +866,7 @@ def _next_slot(spec: Spec, cursor: datetime | None, now: datetime) -> datetime |
         processed = cursor is not None and cursor >= spec.run_at
         return None if processed else spec.run_at
     assert spec.schedule is not None
+    if spec.jitter_seconds and cursor is not None and cursor < now:
+        # Every slot up to now is processed but one that waits for its jitter: it comes next.
+        return spec.schedule.next_after(cursor)
     return spec.schedule.next_after(max(now, cursor) if cursor else now)

@@ -30,6 +30,8 @@ MAX_ATTEMPTS = 10
 MAX_BACKOFF_SECONDS = 86_400
 MAX_FACTOR = 10.0
 MAX_RETENTION_SECONDS = 31_536_000
+MAX_JITTER_SECONDS = 86_400
+MAX_CONSECUTIVE_FAILURES = 100
 DEFAULT_RETENTION_SECONDS = 7 * 86_400
 
 
@@ -66,6 +68,10 @@ class Spec:
     job_template: dict[str, Any]
     # None: no retries and no dead letters (a failed run is history, as with CronJob).
     retry: RetryPolicy | None = None
+    # Each slot's run starts up to this many seconds late (cronlease.jitter); runAt ignores it.
+    jitter_seconds: int = 0
+    # spec.pauseOnFailure.consecutiveFailures (cronlease.pausing); 0 when unset.
+    pause_on_failure: int = 0
 
     @property
     def trigger_key(self) -> str:
@@ -76,8 +82,9 @@ class Spec:
         return f"runAt={self.run_at.isoformat()}"
 
 
-def parse_spec(name: str, raw: dict[str, Any]) -> Spec:
-    """Parse and check a spec; raise SpecError naming the first bad field."""
+def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) -> Spec:
+    """Parse and check a spec; raise SpecError naming the first bad field. `created` is the
+    ScheduledJob's creation, where "@every" counts its periods from."""
     if len(name) > MAX_NAME_LENGTH:
         raise SpecError(f"metadata.name: must be no more than {MAX_NAME_LENGTH} characters")
     expression, run_at_text = raw.get("schedule"), raw.get("runAt")
@@ -86,7 +93,8 @@ def parse_spec(name: str, raw: dict[str, Any]) -> Spec:
     schedule = run_at = None
     if expression is not None:
         try:
-            schedule = Schedule.parse(str(expression), str(raw.get("timeZone") or "UTC"))
+            zone = str(raw.get("timeZone") or "UTC")
+            schedule = Schedule.parse(str(expression), zone, created)
         except ScheduleError as error:
             raise SpecError(f"spec.{error}") from None
     else:
@@ -124,7 +132,31 @@ def parse_spec(name: str, raw: dict[str, Any]) -> Spec:
         failed_jobs_history_limit=_count(raw, "failedJobsHistoryLimit", 1) or 0,
         job_template=template,
         retry=_retry(raw),
+        jitter_seconds=_jitter(raw, schedule),
+        pause_on_failure=_pause_on_failure(raw),
     )
+
+
+def _pause_on_failure(raw: dict[str, Any]) -> int:
+    if raw.get("pauseOnFailure") is None:
+        return 0
+    section = _section(raw["pauseOnFailure"], "pauseOnFailure")
+    field = "pauseOnFailure.consecutiveFailures"
+    return int(_bounded(section, field, 0, 1, MAX_CONSECUTIVE_FAILURES))
+
+
+def _jitter(raw: dict[str, Any], schedule: Schedule | None) -> int:
+    """spec.jitterSeconds, below the schedule's shortest gap between slots (so the runs keep the
+    slots' order); the CRD checks the range, only the operator knows the gap."""
+    jitter = int(_bounded(raw, "jitterSeconds", 0, 0, MAX_JITTER_SECONDS))
+    if schedule is not None and jitter:
+        gap = int(schedule.shortest_gap.total_seconds())
+        if jitter >= gap:
+            raise SpecError(
+                f"spec.jitterSeconds: must be below the shortest gap between two slots of the "
+                f"schedule ({gap} s), not {jitter}"
+            )
+    return jitter
 
 
 def _retry(raw: dict[str, Any]) -> RetryPolicy | None:

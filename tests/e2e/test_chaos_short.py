@@ -33,6 +33,10 @@ FAULT_KINDS = {
 }
 
 
+# Eight faults, each with its own wait, take about three minutes; then a quiet end, and up to
+# REQUESTS_SETTLE for the RunRequests' last runs (under these faults, kube-controller-manager
+# finishes a Job a minute or more after its 1 s pod).
+@pytest.mark.timeout(540)
 def test_short_chaos_run_audits_clean(
     k8s_cluster: Any, crd: str, operator_process: OperatorProcess, tmp_path: Path
 ) -> None:

@@ -158,17 +158,12 @@ class Cron:
     def day_matches(self, day: date) -> bool:
         """Day-of-month OR day-of-week when both are restricted, else the restricted one.
 
-        croniter's notion of "restricted": a field is unrestricted if it is * or ?, or if it
-        names every value while the OTHER day field's text contains a * (classic cron's rule that
-        makes "0 0 1-31 * 1" fire daily).
+        CronJob's (robfig's) notion of "restricted": a field is unrestricted if one of its items
+        is * or ?, without a step or with step 1; a list naming every value is restricted (so
+        "0 0 1-31 * 1" fires daily).
         """
         days, weekdays = self.days, self.weekdays
-        days_star = days.text in ("*", "?") or (
-            days.values == frozenset(range(1, 32)) and "*" in weekdays.text
-        )
-        weekdays_star = weekdays.text in ("*", "?") or (
-            weekdays.values == frozenset(range(7)) and "*" in days.text
-        )
+        days_star, weekdays_star = unrestricted(days.text), unrestricted(weekdays.text)
         in_days = day.day in days.values
         in_weekdays = (day.weekday() + 1) % 7 in weekdays.values
         if days_star and weekdays_star:
@@ -202,6 +197,10 @@ class Cron:
                             if low <= moment <= high:
                                 yield moment
             day += timedelta(days=1)
+
+
+def unrestricted(text: str) -> bool:
+    return any(item in ("*", "?", "*/1", "?/1") for item in text.split(","))
 
 
 # (name, low, high, names) per field; names map to low, low + 1, ...
@@ -240,12 +239,12 @@ def cron_item(
         value = draw(st.integers(low, high))
         return _text(draw, value, low, names), frozenset({value})
     if kind == "star-step":
-        return f"*/{step}", frozenset(range(low, top + 1, step))
+        return f"{draw(st.sampled_from('*?'))}/{step}", frozenset(range(low, top + 1, step))
     if kind == "value-step":
         start = draw(st.integers(low, top))
         return f"{start}/{step}", frozenset(range(start, top + 1, step))
     start = draw(st.integers(low, high - 1))
-    end = draw(st.integers(start + 1, high))
+    end = draw(st.integers(start, high))  # an equal range is its one value, as in CronJob
     use_names = names and end - low < len(names) and draw(st.booleans())
     text = f"{names[start - low]}-{names[end - low]}" if use_names else f"{start}-{end}"
     if kind == "range":
@@ -257,7 +256,7 @@ def cron_item(
 def cron_field(draw: st.DrawFn, spec: tuple[str, int, int, tuple[str, ...]], star: float) -> Field:
     name, low, high, _ = spec
     if draw(st.floats(0, 1)) < star:
-        text = "?" if name in ("day-of-month", "day-of-week") and draw(st.booleans()) else "*"
+        text = draw(st.sampled_from(["*", "?", "*/1"]))
         values = frozenset(range(low, high + 1))
     else:
         items = draw(st.lists(cron_item(spec), min_size=1, max_size=3))
@@ -533,16 +532,17 @@ def test_long_windows_chain_without_gaps(
 # The zones above, and: Chatham (+12:45, DST at 02:45), Havana (clocks change at midnight, so a
 # local day can start at 01:00), Casablanca (a DST that goes back an hour for Ramadan).
 COUNT_ZONES = [*ZONES, "Pacific/Chatham", "America/Havana", "Africa/Casablanca"]
-# Day fields whose meaning croniter alone defines (last day, nearest weekday, nth weekday).
-SPECIAL_DAYS = ["L", "15W", "1W", "31W", "1,L", "L,15", "*/10,L"]
-SPECIAL_WEEKDAYS = ["5#2", "FRI#2", "mon#1", "1#5", "L5", "l0", "5#2,1#1", "5,L5"]
+# Day fields: the last day of the month (croniter defines it), and day-of-week fields that name
+# every day, restricted or not (CronJob's OR of the day fields turns on the difference).
+SPECIAL_DAYS = ["L", "1,L", "L,15", "*/10,L", "l"]
+SPECIAL_WEEKDAYS = ["0-6", "sun-sat", "*/1", "?", "0-7", "7", "5-7", "1-1"]
 # Slots enumerated per example at most (croniter takes tens of microseconds a slot).
 ENUMERATED = 1500
 
 
 @st.composite
 def counted_crons(draw: st.DrawFn) -> str:
-    """Expressions of every shape: dense or sparse times of day, day fields with L, W and #."""
+    """Expressions of every shape: dense or sparse times of day, day fields with L."""
     seconds = draw(st.booleans())
     fields = [field.text for field in draw(crons(seconds=seconds)).fields]
     if draw(st.booleans()):  # sparse: a few times a day, so that windows span months and years
