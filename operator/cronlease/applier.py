@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from cronlease import REQUEST_KIND, backoff, metrics
 from cronlease.decision import (
     Decision,
+    DeletionReason,
     ObjectRef,
     PlannedDeletion,
     PlannedLabel,
@@ -306,7 +307,9 @@ class Applier:
     async def _delete(self, sj: ScheduledJobView, deletion: PlannedDeletion) -> None:
         self._check_leading()
         try:
-            await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid)
+            # CancelOther waits until the run is gone, pods included (cronlease.overlap).
+            foreground = deletion.reason is DeletionReason.CANCEL_OTHER
+            await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid, foreground)
         except ApiError as error:
             if error.status in (404, 409):  # gone already, or a different Job now
                 return

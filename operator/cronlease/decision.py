@@ -25,6 +25,8 @@ class SkipReason(enum.StrEnum):
     NAME_CONFLICT = "NameConflict"
     # spec.pauseOnFailure paused the ScheduledJob (cronlease.pausing).
     PAUSED = "Paused"
+    # BufferOne or BufferAll had as many slots waiting as it keeps (cronlease.overlap).
+    BUFFER_FULL = "BufferFull"
 
 
 # Skips the user asked for (a policy, a suspension) are Normal Events, as CronJob's
@@ -108,6 +110,7 @@ class PlannedRun:
 
 class DeletionReason(enum.StrEnum):
     REPLACE = "Replace"
+    CANCEL_OTHER = "CancelOther"
     HISTORY_LIMIT = "HistoryLimit"
     DEAD_LETTER_EXPIRED = "DeadLetterExpired"
 

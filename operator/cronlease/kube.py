@@ -257,9 +257,13 @@ class KubeApi:
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.transport.request("GET", resource_path(JOBS, namespace, name))
 
-    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
-        """Delete by name only if it is still the Job we decided about (uid precondition)."""
-        options = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+    async def delete_job(
+        self, namespace: str, name: str, uid: str, foreground: bool = False
+    ) -> None:
+        """Delete by name only if it is still the Job we decided about (uid precondition). In the
+        foreground, the Job stays (deleting) until its pods are gone."""
+        propagation = "Foreground" if foreground else "Background"
+        options = {"propagationPolicy": propagation, "preconditions": {"uid": uid}}
         await self.transport.request("DELETE", resource_path(JOBS, namespace, name), options)
 
     async def release_job(self, namespace: str, name: str, uid: str, finalizer: str) -> None:

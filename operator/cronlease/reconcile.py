@@ -12,6 +12,7 @@ plans the same name again and the API server's AlreadyExists stops a second Job.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,11 +49,13 @@ from cronlease.naming import (
     parse_time,
     scheduled_job_name,
 )
+from cronlease.overlap import plan_queue
 from cronlease.pausing import PAUSED, update_pause
 from cronlease.requestplan import RequestContext, plan_requests, settled_request_runs
 from cronlease.runrequest import RunRequestView
 from cronlease.runs import ONGOING, Run, RunOutcome, runs_of
 from cronlease.spec import (
+    BUFFERING,
     MAX_ATTEMPTS,
     ConcurrencyPolicy,
     RetryPolicy,
@@ -61,6 +64,7 @@ from cronlease.spec import (
     parse_spec,
 )
 
+REPLACING = frozenset({ConcurrencyPolicy.REPLACE, ConcurrencyPolicy.CANCEL_OTHER})
 # How late the scheduler may handle a slot and still call it on time. It covers the loop's wake-up
 # and a burst of creations, so that startingDeadlineSeconds: 0 means "only if on time" and on-time
 # slots really run (CronJob always wakes ~100 ms late, so its deadline 0 never runs anything).
@@ -115,13 +119,17 @@ def decide(
     decision.events += events
 
     due, uncounted = _due_slots(sj, spec, cursor, now)
+    halted = _halted(sj, spec, paused)
+    queued: list[datetime] = []
     if due:
-        halted = _halted(sj, spec, paused)
-        _handle_due_slots(sj, spec, owned, waiting, taken, due, uncounted, halted, now, decision)
+        queued = _handle_due_slots(
+            sj, spec, owned, waiting, taken, due, uncounted, halted, now, decision
+        )
         cursor = due[-1]
     _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
     # After the new runs: a run that Replace has just ended gets no next attempt.
     _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
+    _run_queue(sj, spec, owned, waiting, taken, halted, queued, status, now, decision)
     # Last: a request's run starts only when no other run is planned, under Forbid.
     context = RequestContext(
         sj.name,
@@ -353,16 +361,12 @@ def _handle_due_slots(
     halted: SkipReason | None,
     now: datetime,
     decision: Decision,
-) -> None:
-    # A runAt instant has seconds precision: naming it by minute could collide after an edit.
-    with_seconds = spec.schedule.has_seconds if spec.schedule else True
+) -> list[datetime]:
+    """Run, skip or record each due slot; the slots that go to the queue of a buffering policy
+    (cronlease.overlap) instead are returned."""
 
     def planned(slot: datetime) -> PlannedRun:
-        name = scheduled_job_name(sj.name, slot, with_seconds)
-        start = _start(sj, spec, slot)
-        return PlannedRun(
-            name, slot, TRIGGER_SCHEDULE, max_attempts=_max_attempts(spec), start=start
-        )
+        return _planned_slot(sj, spec, slot)
 
     def late(slot: datetime) -> bool:
         return _late(spec, _start(sj, spec, slot), now)
@@ -381,19 +385,14 @@ def _handle_due_slots(
         # are recorded once, when a decision happens, not with a wake-up and a write each.
         if pending or uncounted:
             _skip(decision, halted, len(pending) + uncounted, (pending or due)[-1])
-        return
+        return []
     too_late = [slot for slot in pending if late(slot)]
     timely = pending[len(too_late) :]  # ascending, so the late ones are a prefix
-    if (
-        spec.starting_deadline_seconds is not None
-        and spec.concurrency_policy is ConcurrencyPolicy.ALLOW
-    ):
-        # A slot still within its deadline is still worth running: after a failover or a short
-        # outage every one of them runs, so no slot is lost (CronJob would run only the newest).
-        runnable = timely[-MAX_CATCH_UP_RUNS:]
-    else:
-        # Without a deadline, or when runs may not overlap, only the newest runs (CronJob's rule).
-        runnable = timely[-1:]
+    # catchUp All (or, unset, Allow with a deadline): a slot still within its deadline is still
+    # worth running, so after a failover or an outage every one of them runs, where CronJob runs
+    # only the newest (catchUp Latest). Under Replace or CancelOther each would end the one before.
+    every = spec.catches_up_all and spec.concurrency_policy not in REPLACING
+    runnable = timely[-MAX_CATCH_UP_RUNS:] if every else timely[-1:]
     superseded = timely[: len(timely) - len(runnable)]
     if too_late or uncounted_late:
         _skip(
@@ -405,9 +404,94 @@ def _handle_due_slots(
     if superseded or uncounted - uncounted_late:
         count = len(superseded) + uncounted - uncounted_late
         _skip(decision, SkipReason.SUPERSEDED, count, superseded[-1] if superseded else due[0])
+    if spec.concurrency_policy in BUFFERING:
+        return runnable
     for slot in runnable:
         if _admit(spec, owned, waiting, decision, slot, TRIGGER_SCHEDULE):
             decision.runs.append(planned(slot))
+    return []
+
+
+def _planned_slot(sj: ScheduledJobView, spec: Spec, slot: datetime) -> PlannedRun:
+    # A runAt instant has seconds precision: naming it by minute could collide after an edit.
+    with_seconds = spec.schedule.has_seconds if spec.schedule else True
+    name = scheduled_job_name(sj.name, slot, with_seconds)
+    start = _start(sj, spec, slot)
+    return PlannedRun(name, slot, TRIGGER_SCHEDULE, max_attempts=_max_attempts(spec), start=start)
+
+
+def _run_queue(
+    sj: ScheduledJobView,
+    spec: Spec,
+    owned: Sequence[JobInfo],
+    waiting: Sequence[JobInfo],
+    taken: frozenset[str],
+    halted: SkipReason | None,
+    fresh: list[datetime],
+    status: dict[str, Any],
+    now: datetime,
+    decision: Decision,
+) -> None:
+    """The slots waiting in status.buffered, and those just due under a buffering policy: start
+    one when nothing runs, keep what the policy keeps, record the rest (cronlease.overlap)."""
+    queue = sorted(set(_buffered(status)) | set(fresh))
+    kept: list[datetime] = []
+    dropped: dict[SkipReason, list[datetime]] = {}
+    for slot in queue:
+        run = _planned_slot(sj, spec, slot)
+        if _record_if_exists(decision, owned, run):
+            continue  # it ran: its status write was lost
+        if run.job_name in taken:
+            reason: SkipReason | None = SkipReason.NAME_CONFLICT
+        elif halted is not None:
+            reason = halted
+        elif spec.concurrency_policy not in BUFFERING:
+            reason = SkipReason.SUPERSEDED  # the policy was changed: nothing waits any more
+        elif _late(spec, _start(sj, spec, slot), now):
+            reason = SkipReason.DEADLINE_EXCEEDED
+        else:
+            reason = None
+        if reason is None:
+            kept.append(slot)
+        else:
+            dropped.setdefault(reason, []).append(slot)
+    doomed = {deletion.uid for deletion in decision.deletions}
+    active = _live(owned, decision, JobState.ACTIVE)
+    active += [job for job in waiting if job.uid not in doomed]
+    busy = bool(active or decision.runs)
+    plan = plan_queue(
+        spec.concurrency_policy, spec.buffer_limit, kept, busy, bool(_clearing(owned))
+    )
+    if plan.start is not None:
+        # Waiting was the policy's doing: the lag counts from when the run could start.
+        decision.runs.append(dataclasses.replace(_planned_slot(sj, spec, plan.start), start=now))
+    dropped.setdefault(SkipReason.BUFFER_FULL, []).extend(plan.full)
+    dropped.setdefault(SkipReason.SUPERSEDED, []).extend(plan.superseded)
+    for reason, slots in dropped.items():
+        if slots:
+            _skip(decision, reason, len(slots), max(slots))
+    if plan.cancel:
+        decision.deletions += [
+            PlannedDeletion(job.name, job.uid, DeletionReason.CANCEL_OTHER) for job in active
+        ]
+    if plan.waiting:
+        status["buffered"] = [format_time(slot) for slot in plan.waiting]
+    else:
+        status.pop("buffered", None)
+
+
+def _clearing(owned: Sequence[JobInfo]) -> list[JobInfo]:
+    """Runs being deleted that had not ended: their pods may still run (CancelOther waits)."""
+    return [job for job in owned if job.deleting and job.state is JobState.ACTIVE]
+
+
+def _buffered(status: dict[str, Any]) -> list[datetime]:
+    """status.buffered as instants; only the operator writes it (the fence keeps the rest out),
+    but an entry it cannot read is dropped rather than trusted."""
+    entries = status.get("buffered")
+    if not isinstance(entries, list):
+        return []
+    return [slot for entry in entries if (slot := parse_time(entry)) is not None]
 
 
 def _halted(sj: ScheduledJobView, spec: Spec, paused: bool) -> SkipReason | None:
@@ -456,15 +540,21 @@ def _admit(
     active = _live(owned, decision, JobState.ACTIVE) + [
         job for job in waiting if job.uid not in doomed
     ]
-    if not active:
+    if spec.concurrency_policy is ConcurrencyPolicy.CANCEL_OTHER:
+        active += _clearing(owned)  # a deleted run runs until it is gone
+    # A run planned in this decision is active too (catchUp All under Forbid starts one slot).
+    if not active and not (
+        decision.runs and spec.concurrency_policy is not ConcurrencyPolicy.ALLOW
+    ):
         return True
-    if spec.concurrency_policy is ConcurrencyPolicy.FORBID:
+    # Under a buffering policy a run-now does not wait in the queue: refused as under Forbid.
+    if spec.concurrency_policy is ConcurrencyPolicy.FORBID or spec.concurrency_policy in BUFFERING:
         if trigger == TRIGGER_MANUAL:  # a refused request, not a slot: an Event, no counter
             decision.events.append(
                 EventRecord(
                     EventType.WARNING,
                     "RunNowForbidden",
-                    "run-now refused: a run is active (Forbid)",
+                    f"run-now refused: a run is active ({spec.concurrency_policy})",
                 )
             )
         else:
@@ -596,6 +686,9 @@ def _plan_releases(
     attempt is decided from them. A RunRequest's run is recorded once its request has recorded
     its result, or is gone."""
     processed = parse_time(sj.status.get("processedUntil"))
+    # A slot still listed as waiting is not recorded: its run's record is the status write that
+    # takes it off the list.
+    waiting = set(_buffered(sj.status))
     acknowledged = sj.status.get("runNowToken")
     requested = sj.annotations.get(ANNOTATION_RUN_NOW)
     for job in jobs:
@@ -611,7 +704,12 @@ def _plan_releases(
             # A token no longer requested is never run again; the current one once acknowledged.
             recorded = job.run_now_token in (acknowledged, None) or job.run_now_token != requested
         else:
-            recorded = processed is not None and job.slot is not None and job.slot <= processed
+            recorded = (
+                processed is not None
+                and job.slot is not None
+                and job.slot <= processed
+                and job.slot not in waiting
+            )
         if recorded:
             decision.releases.append(PlannedRelease(job.name, job.uid))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cronlease.cron import Schedule, ScheduleError
 from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time_strictly
@@ -22,7 +22,23 @@ RUN_AT_LATEST = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)
 class ConcurrencyPolicy(enum.StrEnum):
     ALLOW = "Allow"
     FORBID = "Forbid"
-    REPLACE = "Replace"
+    REPLACE = "Replace"  # Temporal's TerminateOther: the old run is deleted, the new starts at once
+    BUFFER_ONE = "BufferOne"
+    BUFFER_ALL = "BufferAll"
+    CANCEL_OTHER = "CancelOther"  # the old run is deleted, the new starts once it is gone
+
+
+# The policies under which a slot due while a run is active waits in status.buffered.
+BUFFERING = frozenset(
+    {ConcurrencyPolicy.BUFFER_ONE, ConcurrencyPolicy.BUFFER_ALL, ConcurrencyPolicy.CANCEL_OTHER}
+)
+
+
+class CatchUp(enum.StrEnum):
+    """Which of several timely slots due at once run (after an outage, a suspension's end...)."""
+
+    LATEST = "Latest"
+    ALL = "All"
 
 
 # Bounds of spec.retry and spec.deadLetter; the CRD's schema says the same at apply.
@@ -32,6 +48,8 @@ MAX_FACTOR = 10.0
 MAX_RETENTION_SECONDS = 31_536_000
 MAX_JITTER_SECONDS = 86_400
 MAX_CONSECUTIVE_FAILURES = 100
+MAX_BUFFER = 1000
+DEFAULT_BUFFER = 100
 DEFAULT_RETENTION_SECONDS = 7 * 86_400
 
 
@@ -50,6 +68,9 @@ class RetryPolicy:
         """Seconds between the end of `failed_attempt` and the start of the next one."""
         exponent = min(failed_attempt - 1, 64)  # far beyond any max; no float overflow
         return min(self.max_seconds, self.initial_seconds * self.factor**exponent)
+
+
+Choice = TypeVar("Choice", bound=enum.StrEnum)
 
 
 class SpecError(ValueError):
@@ -72,6 +93,16 @@ class Spec:
     jitter_seconds: int = 0
     # spec.pauseOnFailure.consecutiveFailures (cronlease.pausing); 0 when unset.
     pause_on_failure: int = 0
+    # None: CronJob's rule, but all timely slots under Allow with a deadline (as before 16).
+    catch_up: CatchUp | None = None
+    buffer_limit: int = DEFAULT_BUFFER  # slots BufferAll keeps waiting, at most
+
+    @property
+    def catches_up_all(self) -> bool:
+        if self.catch_up is not None:
+            return self.catch_up is CatchUp.ALL
+        allow = self.concurrency_policy is ConcurrencyPolicy.ALLOW
+        return allow and self.starting_deadline_seconds is not None
 
     @property
     def trigger_key(self) -> str:
@@ -110,13 +141,8 @@ def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) 
                 f"spec.runAt: must be between {format_time(RUN_AT_EARLIEST)} and "
                 f"{format_time(RUN_AT_LATEST)}"
             )
-    try:
-        policy = ConcurrencyPolicy(raw.get("concurrencyPolicy", "Allow"))
-    except ValueError:
-        given = raw.get("concurrencyPolicy")
-        raise SpecError(
-            f"spec.concurrencyPolicy: must be Allow, Forbid or Replace, not {given!r}"
-        ) from None
+    policy = _choice(raw, "concurrencyPolicy", ConcurrencyPolicy) or ConcurrencyPolicy.ALLOW
+    catch_up = _choice(raw, "catchUp", CatchUp)
     template = raw.get("jobTemplate")
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise SpecError("spec.jobTemplate.spec: required")
@@ -134,7 +160,22 @@ def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) 
         retry=_retry(raw),
         jitter_seconds=_jitter(raw, schedule),
         pause_on_failure=_pause_on_failure(raw),
+        catch_up=catch_up,
+        buffer_limit=int(_bounded(raw, "bufferLimit", DEFAULT_BUFFER, 1, MAX_BUFFER)),
     )
+
+
+def _choice(raw: dict[str, Any], field: str, kind: type[Choice]) -> Choice | None:
+    """One of an enum's values, None if unset (the CRD's enum says the same at apply)."""
+    value = raw.get(field)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        names = [member.value for member in kind]
+        allowed = ", ".join(names[:-1]) + f" or {names[-1]}"
+        raise SpecError(f"spec.{field}: must be {allowed}, not {value!r}") from None
 
 
 def _pause_on_failure(raw: dict[str, Any]) -> int:

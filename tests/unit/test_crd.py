@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from cronlease.spec import CatchUp, ConcurrencyPolicy
+
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "cronlease.io_scheduledjobs.yaml"
 
 
@@ -105,7 +107,8 @@ def test_defaults_and_bounds(schema: dict[str, Any]) -> None:
         "successfulJobsHistoryLimit": 3,
         "failedJobsHistoryLimit": 1,
     }
-    assert spec["concurrencyPolicy"]["enum"] == ["Allow", "Forbid", "Replace"]
+    assert spec["concurrencyPolicy"]["enum"] == [policy.value for policy in ConcurrencyPolicy]
+    assert spec["catchUp"]["enum"] == [catch_up.value for catch_up in CatchUp]
     assert spec["runAt"]["format"] == "date-time"
     for path, prop in walk(schema, ""):
         if prop.get("type") == "integer":

@@ -640,7 +640,8 @@ def test_count_between_adds_up_over_years(
 
 # --- decide() ---------------------------------------------------------------------------------
 
-POLICIES = ["Allow", "Forbid", "Replace"]
+POLICIES = ["Allow", "Forbid", "Replace", "BufferOne", "BufferAll", "CancelOther"]
+NO_OVERLAP = {"BufferOne", "BufferAll", "CancelOther"}  # not even with a Job being deleted
 DEADLINES = [None, 0, 1, 5, 30, 120, 3600]
 
 
@@ -693,11 +694,21 @@ def finish_some(jobs: list[JobInfo], share: float, failed: bool, now: datetime) 
     ]
 
 
-@properties(200)
+def vanish_some(jobs: list[JobInfo], share: float) -> list[JobInfo]:
+    """The garbage collector's part: the first `share` of the Jobs being deleted are gone."""
+    deleting = [job.uid for job in jobs if job.deleting]
+    gone = set(deleting[: int(len(deleting) * share)])
+    return [job for job in jobs if job.uid not in gone]
+
+
+@properties(300)
 @given(
     data=st.data(),
     zone_name=st.sampled_from(ZONES),
     policy=st.sampled_from(POLICIES),
+    catch_up=st.sampled_from([None, "Latest", "All"]),
+    buffer_limit=st.integers(1, 4),
+    jitter_share=st.sampled_from([0.0, 0.0, 0.5, 0.99]),
     deadline=st.sampled_from(DEADLINES),
     suspend=st.integers(0, 3).map(lambda n: n == 3),
     limits=st.tuples(st.integers(0, 3), st.integers(0, 2)),
@@ -708,6 +719,9 @@ def test_decide_runs_or_records_every_slot_exactly_once(
     data: st.DataObject,
     zone_name: str,
     policy: str,
+    catch_up: str | None,
+    buffer_limit: int,
+    jitter_share: float,
     deadline: int | None,
     suspend: bool,
     limits: tuple[int, int],
@@ -726,6 +740,11 @@ def test_decide_runs_or_records_every_slot_exactly_once(
     }
     if deadline is not None:
         raw["startingDeadlineSeconds"] = deadline
+    if catch_up is not None:
+        raw["catchUp"] = catch_up
+    if policy == "BufferAll":
+        raw["bufferLimit"] = buffer_limit
+    jitter_seconds = 0
     run_at: datetime | None = None
     schedule: Schedule | None = None
     if one_off:
@@ -734,6 +753,8 @@ def test_decide_runs_or_records_every_slot_exactly_once(
     else:
         raw["schedule"] = data.draw(decide_schedules(), label="schedule")
         schedule = parse(raw["schedule"], zone_name)
+        jitter_seconds = int(jitter_share * schedule.shortest_gap.total_seconds())
+        raw["jitterSeconds"] = jitter_seconds
     sj: ScheduledJobView = view(raw, created_at=created)
     jobs: list[JobInfo] = []
     now = created + timedelta(seconds=data.draw(st.floats(0, 300), label="first wait"))
@@ -744,6 +765,7 @@ def test_decide_runs_or_records_every_slot_exactly_once(
     cursor: datetime | None = None
 
     for index, step in enumerate(steps):
+        waiting = set(parse_time(entry) for entry in sj.status.get("buffered") or [])
         decision = decide(sj, jobs, now)
         assert not decision.recorded, "the model holds every created Job: nothing to re-record"
         for run in decision.runs:
@@ -755,9 +777,11 @@ def test_decide_runs_or_records_every_slot_exactly_once(
                 continue
             assert run.trigger == TRIGGER_SCHEDULE
             assert run.slot <= now
-            assert cursor is None or run.slot > cursor, "a slot at or before processedUntil ran"
+            if cursor is not None and run.slot <= cursor:
+                assert run.slot in waiting, "a slot at or before processedUntil ran, not buffered"
             if deadline is not None:
-                assert now - run.slot <= timedelta(seconds=deadline) + ON_TIME_TOLERANCE
+                late = now - run.slot - timedelta(seconds=jitter_seconds)
+                assert late <= timedelta(seconds=deadline) + ON_TIME_TOLERANCE
             if schedule is not None:
                 # the slot is a slot of the schedule
                 assert schedule.slots_between(run.slot - SECOND, run.slot) == [run.slot]
@@ -768,7 +792,15 @@ def test_decide_runs_or_records_every_slot_exactly_once(
         assert len(run_slots) == len(set(run_slots)), "two runs for one slot"
         assert len(tokens_run) == len(set(tokens_run)), "two manual runs for one token"
 
+        cancelled = {
+            deletion.uid for deletion in decision.deletions if deletion.reason == "CancelOther"
+        }
+        # CancelOther deletes in the foreground: the Job stays, deleting, until its pods are gone.
+        lingering = [
+            dataclasses.replace(job, deleting=True) for job in jobs if job.uid in cancelled
+        ]
         sj, jobs = after_apply(sj, jobs, decision)
+        jobs += lingering
         processed = parse_time(sj.status.get("processedUntil"))
         if cursor is not None:
             assert processed is not None
@@ -777,10 +809,20 @@ def test_decide_runs_or_records_every_slot_exactly_once(
         if policy != "Allow":
             active = [job for job in jobs if job.state is JobState.ACTIVE and not job.deleting]
             assert len(active) <= 1, f"{policy}: {[job.name for job in active]}"
+        if policy in NO_OVERLAP:
+            running = [job for job in jobs if job.state is JobState.ACTIVE]
+            assert len(running) <= 1, f"{policy}: {[job.name for job in running]}"
+        buffered = sj.status.get("buffered") or []
+        if buffered:
+            event(f"{policy}: slots waited in the buffer")
+        if lingering:
+            event("CancelOther: a deleted run lingered")
+        limit = {"BufferOne": 1, "BufferAll": buffer_limit, "CancelOther": 1}.get(policy, 0)
+        assert len(buffered) <= limit, (policy, buffered)
 
         if index == len(steps) - 1:
             break
-        jobs = finish_some(jobs, step.finish, step.failed, now)
+        jobs = vanish_some(finish_some(jobs, step.finish, step.failed, now), step.finish)
         if step.toggle_suspend:
             spec = {**sj.spec, "suspend": not sj.spec.get("suspend", False)}
             sj = dataclasses.replace(sj, spec=spec, generation=sj.generation + 1)
@@ -797,12 +839,17 @@ def test_decide_runs_or_records_every_slot_exactly_once(
     skipped = sum((status.get("slotsSkipped") or {}).values())
     assert skipped == skipped_in_decisions
     assert status["runsCreated"] == len(job_names)
+    buffered = len(status.get("buffered") or [])
     if schedule is not None:
-        expected = schedule.count_between(created, now)
+        processed = parse_time(status.get("processedUntil")) or created
+        expected = schedule.count_between(created, processed)
+        # Only the newest slot may wait for its jitter, beyond the cursor.
+        assert schedule.count_between(processed, now) <= (1 if jitter_seconds else 0)
     else:
         assert run_at is not None
         expected = 1 if run_at <= now else 0
-    assert len(run_slots) + skipped == expected, (run_slots, status.get("slotsSkipped"))
+    accounted = len(run_slots) + skipped + buffered
+    assert accounted == expected, (run_slots, status.get("slotsSkipped"), buffered)
     event(f"{'some' if run_slots else 'no'} scheduled runs")
     event(f"slots due in total: {'0' if not expected else '1-9' if expected < 10 else '10+'}")
     event(f"{'some' if tokens_run else 'no'} manual runs")
