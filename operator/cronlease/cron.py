@@ -437,6 +437,12 @@ class _Calendar:
             count += bisect_right(named, high) - bisect_left(named, low)
         return count
 
+    def named_days(self, year: int) -> tuple[int, ...]:
+        """The named days of `year`, as ascending day-of-year numbers (January 1 is 1)."""
+        if self._every_day:
+            return tuple(range(1, (367 if calendar.isleap(year) else 366)))
+        return self._year(year)
+
     def _year(self, year: int) -> tuple[int, ...]:
         """The named days of `year`, as ascending day-of-year numbers (January 1 is 1)."""
         kind = (calendar.isleap(year), date(year, 1, 1).weekday())

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from cronlease.cron import Schedule, ScheduleError
 from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time_strictly
+from cronlease.schedules import ScheduleSet
 
 RUN_AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_LATEST = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)
@@ -118,14 +119,19 @@ def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) 
     ScheduledJob's creation, where "@every" counts its periods from."""
     if len(name) > MAX_NAME_LENGTH:
         raise SpecError(f"metadata.name: must be no more than {MAX_NAME_LENGTH} characters")
-    expression, run_at_text = raw.get("schedule"), raw.get("runAt")
-    if (expression is None) == (run_at_text is None):
-        raise SpecError("spec: set exactly one of schedule and runAt")
+    expression, several, run_at_text = raw.get("schedule"), raw.get("schedules"), raw.get("runAt")
+    if sum(value is not None for value in (expression, several, run_at_text)) != 1:
+        raise SpecError("spec: set exactly one of schedule, schedules and runAt")
     schedule = run_at = None
-    if expression is not None:
+    zone = str(raw.get("timeZone") or "UTC")
+    if expression is not None or several is not None:
         try:
-            zone = str(raw.get("timeZone") or "UTC")
-            schedule = Schedule.parse(str(expression), zone, created)
+            if several is not None:
+                if not isinstance(several, list) or not all(isinstance(e, str) for e in several):
+                    raise ScheduleError("schedules: must be a list of cron expressions")
+                schedule = ScheduleSet.parse_all(several, zone, created)
+            else:
+                schedule = Schedule.parse(str(expression), zone, created)
         except ScheduleError as error:
             raise SpecError(f"spec.{error}") from None
     else:

@@ -429,9 +429,9 @@ def test_one_off_run_at_runs_once_then_completes(
         ({"schedule": "* * * * *", "timeZone": "Mars/Olympus"}, "timeZone"),
         (
             {"schedule": "* * * * *", "runAt": "2030-01-01T00:00:00Z"},
-            "exactly one of schedule and runAt",
+            "exactly one of schedule, schedules and runAt",
         ),
-        ({}, "exactly one of schedule and runAt"),
+        ({}, "exactly one of schedule, schedules and runAt"),
         ({"schedule": "* * * * *", "startingDeadlineSeconds": -1}, "startingDeadlineSeconds"),
         ({"schedule": "* * * * *", "successfulJobsHistoryLimit": -1}, "successfulJobsHistoryLimit"),
         ({"schedule": "* * * * *", "concurrencyPolicy": "Sometimes"}, "concurrencyPolicy"),

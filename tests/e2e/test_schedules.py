@@ -101,3 +101,29 @@ def test_jitter_spreads_a_burst(kube: Kube, namespace: str, operator: OperatorPr
     # Evenly: each of the 8 seconds holds about 25; none empty, none with a third of them.
     assert all(per_second[second] >= BURST // JITTER // 3 for second in range(JITTER)), per_second
     assert max(per_second.values()) < BURST // 3, per_second
+
+
+def test_several_schedules_run_each_instant_once(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """schedules ["*/2 ...", "*/3 ..."]: a Job for every second that is a multiple of 2 or 3,
+    one for those of 6 (both name them), none missing between the first and the last."""
+    kube.apply(
+        scheduledjob(
+            "both",
+            namespace,
+            schedules=["*/2 * * * * *", "*/3 * * * * *"],
+            successfulJobsHistoryLimit=50,
+        )
+    )
+
+    def shared_slot_and_more() -> list[dict[str, Any]] | None:
+        jobs = jobs_of(kube, namespace, "both")
+        seconds = [int(scheduled_at(job).timestamp()) for job in jobs]
+        return jobs if len(jobs) >= 6 and any(second % 6 == 0 for second in seconds) else None
+
+    jobs = wait_for(shared_slot_and_more, 30, "6 Jobs, one of them for a shared instant")
+    seconds = sorted(int(scheduled_at(job).timestamp()) for job in jobs)
+    assert len(set(seconds)) == len(seconds), "one Job per instant"
+    union = [t for t in range(seconds[0], seconds[-1] + 1) if t % 2 == 0 or t % 3 == 0]
+    assert seconds == union

@@ -127,8 +127,10 @@ def test_cel_rules(schema: dict[str, Any]) -> None:
         "fieldPath": ".metadata.name",
     } in schema["x-kubernetes-validations"]
     assert {
-        "rule": "has(self.schedule) != has(self.runAt)",
-        "message": "spec: set exactly one of schedule and runAt",
+        "rule": (
+            "[has(self.schedule), has(self.schedules), has(self.runAt)].filter(x, x).size() == 1"
+        ),
+        "message": "spec: set exactly one of schedule, schedules and runAt",
     } in spec["x-kubernetes-validations"]
     nodes = [("", schema), *walk(schema, "")]
     for path, node in nodes:

@@ -16,6 +16,7 @@ import pytest
 from croniter import croniter
 
 from cronlease.cron import MACROS, Schedule, ScheduleError
+from cronlease.spec import SpecError, parse_spec
 
 AFTER, UNTIL = datetime(2025, 1, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)
 SLOTS = 300  # compared one by one before each of a few instants
@@ -221,3 +222,47 @@ def test_every_counts_from_its_own_anchor() -> None:
         CREATED.replace(microsecond=0) + timedelta(minutes=1),
         other.replace(microsecond=0) + timedelta(minutes=1),
     )
+
+
+# --- spec.schedules: several expressions, one stream of slots --------------------------------
+
+
+def test_several_schedules_merge_into_one_stream() -> None:
+    raw = {"schedules": ["*/2 * * * * *", "*/3 * * * * *"], "jobTemplate": {"spec": {}}}
+    schedule = parse_spec("backup", raw).schedule
+    assert schedule is not None
+    slots = schedule.slots_between(AFTER, AFTER + timedelta(seconds=12))
+    assert [slot.second for slot in slots] == [2, 3, 4, 6, 8, 9, 10, 12]  # 6 and 12 once
+    assert schedule.count_between(AFTER, AFTER + timedelta(days=1)) == 86_400 * 2 // 3
+
+
+@pytest.mark.parametrize(
+    ("schedules", "message"),
+    [
+        (["0 * * * *", "0 * * * *"], "spec.schedules[1]: duplicates schedules[0]"),
+        (["0 * * * *", "61 * * * *"], 'spec.schedules[1]: invalid minute field "61"'),
+        (["@every 5m", "0 * * * *"], "spec.schedules[0]: @every cannot be combined"),
+        ([], "spec.schedules: must hold 1 to 10 expressions"),
+        (["0 * * * *"] * 11, "spec.schedules: must hold 1 to 10 expressions"),
+        ("0 * * * *", "spec.schedules: must be a list of cron expressions"),
+        ([5], "spec.schedules: must be a list of cron expressions"),
+    ],
+)
+def test_bad_schedules_name_the_entry(schedules: object, message: str) -> None:
+    raw = {"schedules": schedules, "jobTemplate": {"spec": {}}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec("backup", raw)
+    assert message in str(caught.value)
+
+
+def test_one_entry_of_schedules_is_that_schedule() -> None:
+    raw = {"schedules": ["@every 90s"], "jobTemplate": {"spec": {}}}
+    assert parse_spec("backup", raw, CREATED).schedule == Schedule.parse(
+        "@every 90s", "UTC", CREATED
+    )
+
+
+def test_exactly_one_of_schedule_schedules_and_run_at() -> None:
+    raw = {"schedule": "0 * * * *", "schedules": ["0 * * * *"], "jobTemplate": {"spec": {}}}
+    with pytest.raises(SpecError, match="exactly one of schedule, schedules and runAt"):
+        parse_spec("backup", raw)

@@ -47,6 +47,7 @@ from cronlease.reconcile import (
     ScheduledJobView,
     decide,
 )
+from cronlease.schedules import ScheduleSet
 
 # DST zones first: hypothesis draws the first elements of sampled_from more often.
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]
@@ -612,6 +613,56 @@ def test_count_between_equals_the_enumeration(
     if any(after < change <= until for change in transitions(zone_name)):
         event("the window holds a DST transition")
     event("slots in the window" if slots else "no slot in the window")
+
+
+@st.composite
+def schedule_sets(draw: st.DrawFn) -> list[str]:
+    """Two or three expressions, often variants of one another (so that they share slots)."""
+    base = draw(counted_crons())
+    expressions = [base]
+    for _ in range(draw(st.integers(1, 2))):
+        if draw(st.booleans()):
+            fields = base.split()
+            fields[draw(st.integers(0, len(fields) - 1))] = draw(
+                st.sampled_from(["*", "1", "1-3", "*/2", "?"])
+            )
+            expressions.append(" ".join(fields))
+        else:
+            expressions.append(draw(counted_crons()))
+    assume(len(set(expressions)) == len(expressions))
+    return expressions
+
+
+@properties(200)
+@given(
+    data=st.data(),
+    expressions=schedule_sets(),
+    zone_name=st.sampled_from(COUNT_ZONES),
+    span=st.sampled_from([timedelta(days=days) for days in (0.01, 0.1, 1, 7, 62, 400)]),
+)
+def test_several_schedules_are_one_stream_of_their_slots(
+    data: st.DataObject, expressions: list[str], zone_name: str, span: timedelta
+) -> None:
+    """spec.schedules: the union's slots are the parts' slots merged, each instant once, and its
+    count is their number (counted per day, by which parts name it: no enumeration)."""
+    parts = [parse(expression, zone_name) for expression in expressions]
+    union = ScheduleSet.parse_all(expressions, zone_name)
+    after, until = data.draw(count_windows(union, zone_name, span), label="window")
+    slots = enumerated(union, after, until, ENUMERATED)
+    if len(slots) > ENUMERATED:
+        last, beyond = slots[ENUMERATED - 1], slots[ENUMERATED]
+        until = last + (beyond - last - MICRO) * data.draw(st.floats(0, 1), label="cut")
+        slots = slots[:ENUMERATED]
+    merged = sorted(set().union(*(enumerated(part, after, until, ENUMERATED) for part in parts)))
+    assert slots == merged
+    assert union.count_between(after, until) == len(slots), (expressions, zone_name, after, until)
+    nexts = [following for part in parts if (following := part.next_after(after)) is not None]
+    assert union.next_after(after) == min(nexts, default=None)
+    event(
+        "parts share slots"
+        if sum(len(enumerated(p, after, until, ENUMERATED)) for p in parts) > len(slots)
+        else "parts share no slot"
+    )
 
 
 @properties(100)
