@@ -50,6 +50,7 @@ MAX_RETENTION_SECONDS = 31_536_000
 MAX_JITTER_SECONDS = 86_400
 MAX_CONSECUTIVE_FAILURES = 100
 MAX_BUFFER = 1000
+MAX_PRIORITY = 1_000_000
 DEFAULT_BUFFER = 100
 DEFAULT_RETENTION_SECONDS = 7 * 86_400
 
@@ -97,6 +98,9 @@ class Spec:
     # None: CronJob's rule, but all timely slots under Allow with a deadline (as before 16).
     catch_up: CatchUp | None = None
     buffer_limit: int = DEFAULT_BUFFER  # slots BufferAll keeps waiting, at most
+    # When many ScheduledJobs are due at once, higher ones create their Jobs first (the
+    # scheduler reads it from the object: see priority_of).
+    priority: int = 0
 
     @property
     def catches_up_all(self) -> bool:
@@ -168,7 +172,17 @@ def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) 
         pause_on_failure=_pause_on_failure(raw),
         catch_up=catch_up,
         buffer_limit=int(_bounded(raw, "bufferLimit", DEFAULT_BUFFER, 1, MAX_BUFFER)),
+        priority=int(_bounded(raw, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY)),
     )
+
+
+def priority_of(raw: dict[str, Any]) -> int:
+    """spec.priority of a ScheduledJob's spec, for ordering a burst: 0 unless a valid integer
+    (an invalid one makes the object InvalidSpec anyway; it must not disturb the others)."""
+    value = raw.get("priority")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(-MAX_PRIORITY, min(MAX_PRIORITY, value))
 
 
 def _choice(raw: dict[str, Any], field: str, kind: type[Choice]) -> Choice | None:
@@ -252,7 +266,12 @@ def _bounded(section: dict[str, Any], field: str, default: float, low: float, hi
     valid_type = isinstance(value, int) if whole else isinstance(value, int | float)
     if isinstance(value, bool) or not valid_type or not low <= value <= high:
         kind = "an integer" if whole else "a number"
-        raise SpecError(f"spec.{field}: must be {kind} from {low:g} to {high:g}, not {value!r}")
+        low_text, high_text = (
+            str(int(b)) if float(b).is_integer() else f"{b:g}" for b in (low, high)
+        )
+        raise SpecError(
+            f"spec.{field}: must be {kind} from {low_text} to {high_text}, not {value!r}"
+        )
     return float(value) if not whole else value
 
 

@@ -111,8 +111,9 @@ def test_defaults_and_bounds(schema: dict[str, Any]) -> None:
     assert spec["catchUp"]["enum"] == [catch_up.value for catch_up in CatchUp]
     assert spec["runAt"]["format"] == "date-time"
     for path, prop in walk(schema, ""):
-        if prop.get("type") == "integer":
+        if prop.get("type") == "integer" and path != ".spec.priority":
             assert prop.get("minimum") in (0, 1), path  # bounded below, never negative
+    assert (spec["priority"]["minimum"], spec["priority"]["maximum"]) == (-1_000_000, 1_000_000)
     assert spec["startingDeadlineSeconds"]["maximum"] == 31536000
     assert spec["successfulJobsHistoryLimit"]["maximum"] == 100
     assert spec["failedJobsHistoryLimit"]["maximum"] == 100

@@ -13,6 +13,7 @@ from builders import NAMESPACE
 from fakeapi import FakeApiServer
 from shell import Shell, eventually
 
+from cronlease.applier import Applier
 from cronlease.jobinfo import job_info
 from cronlease.kube import JOBS, SCHEDULEDJOBS
 from cronlease.naming import format_time
@@ -89,3 +90,33 @@ async def test_an_edit_of_the_scheduledjob_itself_ends_a_backoff(
     assert edited is not None
     shell.model.upsert_scheduledjob(edited)  # as kopf's watch delivers it
     await eventually(lambda: "processedUntil" in shell.status("once"), deadline=2)
+
+
+async def test_at_a_burst_higher_priorities_create_first() -> None:
+    """Twelve ScheduledJobs due on the same second, with one acting slot: their first Jobs are
+    created in spec.priority order, highest first; a bad priority counts as 0 and harms none."""
+    shell = Shell(FakeApiServer(clock=lambda: datetime.now(UTC)))
+    applier = Applier(shell.api, shell.leadership, shell.model, max_concurrency=1)
+    listed = asyncio.Event()
+    listed.set()
+    scheduler = Scheduler(
+        shell.api, shell.leadership, shell.model, shell.wakeups, listed, applier=applier
+    )
+    priorities = [3, -5, 100, 0, 7, 7, 42, -1, 1000, 2, "high", 9]
+    # Created in this order; by priority the first slot's Jobs must come out sorted.
+    for index, priority in enumerate(priorities):
+        shell.create(f"p{index:02d}", schedule="*/5 * * * * *", priority=priority)
+    task = asyncio.create_task(scheduler.run())
+    valid = [priority for priority in priorities if isinstance(priority, int)]
+    try:
+        await eventually(lambda: len(shell.created_jobs()) >= len(valid), deadline=20)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await scheduler.drain()
+    first = shell.created_jobs()[: len(valid)]
+    assert len({name.rsplit("-", 1)[1] for name in first}) == 1, "one slot"
+    order = [priorities[int(name[1:3])] for name in first]
+    assert order == sorted(valid, reverse=True), first
+    invalid = shell.status("p10")["conditions"]
+    assert any(c["type"] == "InvalidSpec" and c["status"] == "True" for c in invalid)
