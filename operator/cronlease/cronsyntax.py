@@ -29,7 +29,7 @@ from fractions import Fraction
 
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
-_NUMBER = re.compile(r"[0-9]{1,9}")
+_NUMBER = re.compile(r"[0-9]+")
 LAST_DAY = "L"
 
 

@@ -126,10 +126,12 @@ def decide(
             sj, spec, owned, waiting, taken, due, uncounted, halted, now, decision
         )
         cursor = due[-1]
-    _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
-    # After the new runs: a run that Replace has just ended gets no next attempt.
-    _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
+    # Before run-now and next attempts: a slot CancelOther starts ends what runs, and a run-now
+    # in the same decision then waits (as under Forbid) rather than being cancelled next time.
     _run_queue(sj, spec, owned, waiting, taken, halted, queued, status, now, decision)
+    _handle_run_now(sj, spec, owned, waiting, taken, now, decision, status)
+    # After the new runs: a run that Replace or CancelOther has just ended gets no next attempt.
+    _plan_attempts(sj, spec, runs, outcomes, taken, now, decision)
     # Last: a request's run starts only when no other run is planned, under Forbid.
     context = RequestContext(
         sj.name,
@@ -138,7 +140,12 @@ def decide(
         runs,
         outcomes,
         taken,
-        busy=bool(_live(owned, decision, JobState.ACTIVE) or waiting or decision.runs),
+        busy=bool(
+            _live(owned, decision, JobState.ACTIVE)
+            or waiting
+            or decision.runs
+            or (spec.concurrency_policy is ConcurrencyPolicy.CANCEL_OTHER and _clearing(owned))
+        ),
         max_attempts=_max_attempts(spec),
         now=now,
     )
@@ -434,15 +441,30 @@ def _run_queue(
 ) -> None:
     """The slots waiting in status.buffered, and those just due under a buffering policy: start
     one when nothing runs, keep what the policy keeps, record the rest (cronlease.overlap)."""
-    queue = sorted(set(_buffered(status)) | set(fresh))
+    waiting_before = set(_buffered(status))
+    # An edit of the schedule started afresh (cronlease says so in ScheduleChanged): slots that
+    # waited under the old one do not run.
+    edited = sj.status.get("observedSchedule") not in (None, spec.trigger_key)
     kept: list[datetime] = []
     dropped: dict[SkipReason, list[datetime]] = {}
-    for slot in queue:
+    for slot in sorted(waiting_before | set(fresh)):
         run = _planned_slot(sj, spec, slot)
-        if _record_if_exists(decision, owned, run):
-            continue  # it ran: its status write was lost
+        # Found by its slot, not by its name: an edit may have changed how Jobs are named.
+        existing = next(
+            (
+                job
+                for job in owned
+                if job.slot == slot and job.trigger == TRIGGER_SCHEDULE and job.attempt == 1
+            ),
+            None,
+        )
+        if existing is not None:  # it ran: its status write was lost
+            decision.recorded.append((dataclasses.replace(run, job_name=existing.name), existing))
+            continue
         if run.job_name in taken:
             reason: SkipReason | None = SkipReason.NAME_CONFLICT
+        elif edited and slot in waiting_before:
+            reason = SkipReason.SUPERSEDED
         elif halted is not None:
             reason = halted
         elif spec.concurrency_policy not in BUFFERING:
@@ -507,16 +529,17 @@ def _halted(sj: ScheduledJobView, spec: Spec, paused: bool) -> SkipReason | None
 def _ended_results(
     previous: list[dict[str, Any]], runs: dict[str, Run], outcomes: dict[str, RunOutcome]
 ) -> list[str]:
-    """The results of the runs that recentRuns listed unfinished and that have ended since."""
-    ended = []
+    """The results of the runs that recentRuns listed unfinished and that have ended since, in
+    the order they ended."""
+    ended: list[tuple[datetime, str]] = []
     for entry in previous:
         name = entry.get("run") or entry.get("job", "")
         if name not in runs or outcomes[name] is RunOutcome.SUPERSEDED:
             continue
         result = RESULTS[outcomes[name]]
         if entry.get("result") in _UNFINISHED and result not in _UNFINISHED:
-            ended.append(result)
-    return ended
+            ended.append((runs[name].latest.history_time or _THE_BEGINNING, result))
+    return [result for _, result in sorted(ended, key=lambda pair: pair[0])]
 
 
 def _record_if_exists(decision: Decision, owned: Sequence[JobInfo], run: PlannedRun) -> bool:
@@ -541,7 +564,9 @@ def _admit(
         job for job in waiting if job.uid not in doomed
     ]
     if spec.concurrency_policy is ConcurrencyPolicy.CANCEL_OTHER:
-        active += _clearing(owned)  # a deleted run runs until it is gone
+        # A run deleted (now or by this decision) runs until it is gone.
+        cancelling = {d.uid for d in decision.deletions if d.reason is DeletionReason.CANCEL_OTHER}
+        active += _clearing(owned) + [job for job in owned if job.uid in cancelling]
     # A run planned in this decision is active too (catchUp All under Forbid starts one slot).
     if not active and not (
         decision.runs and spec.concurrency_policy is not ConcurrencyPolicy.ALLOW
@@ -857,7 +882,13 @@ def _recent_runs(
         if retry is not None:
             entry.update(run=planned.run_name, attempts=planned.attempt)
         entries.append(entry)
-    return entries[-RECENT_RUNS:]
+    # Beyond the limit, the oldest finished entries go first: an unfinished one stays until its
+    # result is read (spec.pauseOnFailure counts results as entries turn finished).
+    finished = [
+        index for index, entry in enumerate(entries) if entry.get("result") not in _UNFINISHED
+    ]
+    dropped = set(finished[: max(len(entries) - RECENT_RUNS, 0)])
+    return [entry for index, entry in enumerate(entries) if index not in dropped][-RECENT_RUNS:]
 
 
 def _dead_letters(runs: dict[str, Run], outcomes: dict[str, RunOutcome]) -> list[dict[str, Any]]:

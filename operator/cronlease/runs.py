@@ -62,6 +62,8 @@ class Run:
             return RunOutcome.SUPERSEDED
         if latest.state is JobState.SUCCEEDED:
             return RunOutcome.SUCCEEDED  # whoever deletes it now (a TTL), it succeeded
+        if latest.state is JobState.FAILED and (retry is None or latest.max_attempts == 0):
+            return RunOutcome.FAILED  # likewise, with no attempt to come: it failed
         if latest.deleting:
             return RunOutcome.CANCELLED
         if latest.state is JobState.ACTIVE:
@@ -70,7 +72,7 @@ class Run:
             return RunOutcome.REPLAYED
         if retry is None or latest.max_attempts == 0:
             # No retries now, or none when the run began: a failed run is history, never
-            # retried or dead-lettered after the fact.
+            # retried or dead-lettered after the fact (a Job ending otherwise than Failed).
             return RunOutcome.FAILED
         if latest.dead_letter:
             return RunOutcome.DEAD_LETTERED

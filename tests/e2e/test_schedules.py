@@ -50,7 +50,7 @@ def test_what_cronjob_accepts_is_ready(
 def test_every_runs_from_the_creation(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
-    """ "@every 3s": one Job per slot, at the creation plus whole periods of 3 s."""
+    """With "@every 3s": one Job per slot, at the creation plus whole periods of 3 s."""
     kube.apply(
         scheduledjob("every", namespace, schedule="@every 3s", successfulJobsHistoryLimit=10)
     )

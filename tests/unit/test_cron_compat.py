@@ -47,6 +47,8 @@ SAME_AS = [
     ("?/15 * * * *", "0,15,30,45 * * * *", "? with a step"),
     ("30/10 * * * *", "30,40,50 * * * *", "a/step runs to the end of the field"),
     ("05 * * * *", "5 * * * *", "a leading zero"),
+    ("0000000005 * * * *", "5 * * * *", "leading zeros, as many as robfig's Atoi takes"),
+    ("*/1234567890 * * * *", "0 * * * *", "a step of ten digits"),
     ("*/100 * * * *", "0 * * * *", "a step beyond the field"),
     ("0 0 1 jan,Feb,MAR *", "0 0 1 1,2,3 *", "names in any case"),
     ("0 0 1 JAN-MAR/2 *", "0 0 1 1,3 *", "a range of names with a step"),

@@ -218,3 +218,55 @@ def test_bad_policy_fields_name_the_field(field: str, value: object, message: st
     with pytest.raises(SpecError) as caught:
         parse_spec("backup", spec(**{field: value}))
     assert message in str(caught.value)
+
+
+# --- found in review -----------------------------------------------------------------------------
+
+
+def test_a_waiting_slot_started_before_a_naming_edit_is_recorded_not_run_again() -> None:
+    """The start of 10:00 was made, its status write lost to the user's edit, which names Jobs
+    by the second from now on: the Job is found by its slot, and 10:00 never starts again."""
+    raw = spec(concurrencyPolicy="BufferOne")
+    sj = view(raw, status=processed(raw, H[9], buffered=["2026-01-05T10:00:00Z"]))
+    started = decide(sj, [], H[10] + seconds(360))
+    assert [run.slot for run in started.runs] == [H[10]]
+    _, jobs = after_apply(sj, [], started)  # the Job exists; sj keeps the status as persisted
+    edited = dataclasses.replace(sj, spec=dict(raw, schedule="0 0 * * * *"), generation=2)
+    after_edit = decide(edited, jobs, H[10] + seconds(420))
+    assert after_edit.runs == []
+    assert [job.name for _, job in after_edit.recorded] == [started.runs[0].job_name]
+    assert "buffered" not in after_edit.status
+
+
+def test_slots_waiting_before_a_schedule_edit_do_not_run() -> None:
+    raw = spec(concurrencyPolicy="BufferOne")
+    sj = view(raw, status=processed(raw, H[10], buffered=["2026-01-05T10:00:00Z"]))
+    edited = dataclasses.replace(sj, spec=dict(raw, schedule="30 * * * *"), generation=2)
+    decision = decide(edited, [], H[10] + seconds(60))
+    assert decision.runs == []
+    assert skip_counts(decision) == {"Superseded": 1}
+    assert "ScheduleChanged" in [event.reason for event in decision.events]
+
+
+def test_cancel_other_gives_the_run_it_ends_no_next_attempt() -> None:
+    raw = spec(concurrencyPolicy="CancelOther", retry={"maxAttempts": 3})
+    failed = dataclasses.replace(
+        slot_job(H[9], state=JobState.FAILED, finished_at=H[9] + seconds(60), max_attempts=3),
+        held=True,
+    )
+    decision = decide(view(raw, status=processed(raw, H[9])), [failed], H[10] + seconds(1))
+    assert [d.job_name for d in decision.deletions] == [failed.name]
+    assert decision.runs == []  # no attempt 2 of the run it cancels; 10:00 waits until it is gone
+
+
+def test_cancel_other_never_cancels_a_run_now_it_let_start() -> None:
+    """A run-now and a slot in one decision: the slot starts, the run-now waits (and is refused
+    while the slot's run is active, as under Forbid) instead of starting only to be cancelled."""
+    raw = spec(concurrencyPolicy="CancelOther")
+    world = World(raw)
+    world.sj = dataclasses.replace(world.sj, annotations={"cronlease.io/run-now": "t1"})
+    first = world.decide(H[9] + seconds(1))
+    assert [run.trigger for run in first.runs] == ["Schedule"]
+    second = world.decide(H[9] + seconds(2))
+    assert second.deletions == []
+    assert "RunNowForbidden" in [event.reason for event in second.events]

@@ -170,3 +170,44 @@ def test_slots_of_the_pause_are_skipped_by_the_decision_that_resumes() -> None:
     assert resumed.runs == []
     assert resumed.status["slotsSkipped"] == {"Paused": 2}
     assert condition(resumed.status, "Paused")["status"] == "False"
+
+
+def test_a_failed_run_deleted_at_once_counts_as_a_failure() -> None:
+    """ttlSecondsAfterFinished: 0 deletes a failed Job at once: it failed all the same."""
+    world = World(spec(pauseOnFailure={"consecutiveFailures": 1}))
+    world.decide(H[9])
+    world.jobs = [
+        dataclasses.replace(job, state=JobState.FAILED, finished_at=H[9], deleting=True)
+        for job in world.jobs
+    ]
+    decision = world.decide(minutes(H[9], 1))
+    assert decision.status["consecutiveFailures"] == 1
+    assert condition(decision.status, "Paused")["status"] == "True"
+
+
+def test_unfinished_runs_outlast_finished_ones_in_recent_runs() -> None:
+    """Eleven runs, one a minute; all but the oldest end quickly. The oldest's entry stays in
+    recentRuns (the oldest finished one goes instead), so its failure is counted when it ends."""
+    world = World(spec(schedule="* * * * *", pauseOnFailure={"consecutiveFailures": 1}))
+    world.sj = view(world.sj.spec, status=processed(world.sj.spec, minutes(H[9], -1)))
+    oldest = ""
+    for minute in range(11):
+        decision = world.decide(minutes(H[9], minute))
+        oldest = oldest or decision.runs[0].job_name
+        world.jobs = [
+            dataclasses.replace(job, state=JobState.SUCCEEDED, finished_at=minutes(H[9], minute))
+            if job.name != oldest and not job.finished
+            else job
+            for job in world.jobs
+        ]
+    entries = world.sj.status["recentRuns"]
+    assert len(entries) == 10
+    assert [entry["result"] for entry in entries if entry["job"] == oldest] == ["Active"]
+    world.jobs = [
+        dataclasses.replace(job, state=JobState.FAILED, finished_at=minutes(H[9], 11))
+        if job.name == oldest
+        else job
+        for job in world.jobs
+    ]
+    decision = world.decide(minutes(H[9], 11) + timedelta(seconds=5))
+    assert condition(decision.status, "Paused")["status"] == "True"

@@ -564,6 +564,20 @@ def enumerated(schedule: Schedule, after: datetime, until: datetime, limit: int)
     return list(islice(in_range, limit + 1))
 
 
+def enumerated_window(
+    data: st.DataObject, schedule: Schedule, after: datetime, until: datetime
+) -> tuple[list[datetime], datetime]:
+    """The slots in (after, until] and `until`; a window that holds more than ENUMERATED slots
+    is cut between two of them, at a random point."""
+    slots = enumerated(schedule, after, until, ENUMERATED)
+    if len(slots) > ENUMERATED:
+        last, beyond = slots[ENUMERATED - 1], slots[ENUMERATED]
+        until = last + (beyond - last - MICRO) * data.draw(st.floats(0, 1), label="cut")
+        slots = slots[:ENUMERATED]
+        event("window cut at the slot limit")
+    return slots, until
+
+
 @st.composite
 def count_windows(
     draw: st.DrawFn, schedule: Schedule, zone_name: str, span: timedelta
@@ -602,12 +616,7 @@ def test_count_between_equals_the_enumeration(
     more than ENUMERATED slots ends between two of its slots, at a random point."""
     schedule = parse(expression, zone_name)
     after, until = data.draw(count_windows(schedule, zone_name, span), label="window")
-    slots = enumerated(schedule, after, until, ENUMERATED)
-    if len(slots) > ENUMERATED:
-        last, beyond = slots[ENUMERATED - 1], slots[ENUMERATED]
-        until = last + (beyond - last - MICRO) * data.draw(st.floats(0, 1), label="cut")
-        slots = slots[:ENUMERATED]
-        event("window cut at the slot limit")
+    slots, until = enumerated_window(data, schedule, after, until)
     assert schedule.count_between(after, until) == len(slots), (expression, zone_name, after, until)
     assert schedule.count_between(until, after) == 0
     if any(after < change <= until for change in transitions(zone_name)):
@@ -648,11 +657,7 @@ def test_several_schedules_are_one_stream_of_their_slots(
     parts = [parse(expression, zone_name) for expression in expressions]
     union = ScheduleSet.parse_all(expressions, zone_name)
     after, until = data.draw(count_windows(union, zone_name, span), label="window")
-    slots = enumerated(union, after, until, ENUMERATED)
-    if len(slots) > ENUMERATED:
-        last, beyond = slots[ENUMERATED - 1], slots[ENUMERATED]
-        until = last + (beyond - last - MICRO) * data.draw(st.floats(0, 1), label="cut")
-        slots = slots[:ENUMERATED]
+    slots, until = enumerated_window(data, union, after, until)
     merged = sorted(set().union(*(enumerated(part, after, until, ENUMERATED) for part in parts)))
     assert slots == merged
     assert union.count_between(after, until) == len(slots), (expressions, zone_name, after, until)

@@ -552,3 +552,17 @@ def test_a_request_that_raises_fails_alone(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_hostile_count_in_status_is_capped() -> None:
     assert count({"started": 10**15}, "started") == 1000
     assert count({"started": True}, "started") == 0
+
+
+def test_under_cancel_other_a_target_waits_until_a_cancelled_run_is_gone() -> None:
+    world = World(
+        sj(concurrencyPolicy="CancelOther"),
+        request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 11))),
+    )
+    cancelled = job("cancelled", state=JobState.ACTIVE, slot=utc(2026, 1, 5, 19), deleting=True)
+    world.jobs.append(cancelled)
+    world.accept()
+    world.step()
+    assert world.created == []  # its pods may still run
+    world.jobs = []
+    assert len(world.step(finish=None).runs) == 1
