@@ -74,6 +74,7 @@ _FIRES_ANCHOR = datetime(2025, 1, 1, tzinfo=UTC)
 _FIRES_HORIZON = timedelta(days=5 * 366)
 _SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)
+_DAY_SECONDS = 86_400
 # croniter's indices of day-of-month, month and day-of-week in its expanded fields.
 _DAY_FIELDS = (2, 3, 4)
 # A year of each kind (leap or not, weekday of January 1): the calendar of a year is that of
@@ -210,20 +211,23 @@ class Schedule:
         return count
 
     @functools.cached_property
+    def times_of_day(self) -> tuple[int, ...]:
+        """The times of day the expression names, in seconds since midnight, ascending."""
+        clock = self._clock
+        return tuple(
+            (hour * 60 + minute) * 60 + second
+            for hour in clock.hours
+            for minute in clock.minutes
+            for second in clock.seconds
+        )
+
+    @functools.cached_property
     def shortest_gap(self) -> timedelta:
         """The shortest time between two named times of day (or the period of "@every"): the
         slots of a day are never closer, except where a clock change takes an hour out."""
         if self.every:
             return timedelta(seconds=self.every)
-        clock = self._clock
-        times = [
-            (hour * 60 + minute) * 60 + second
-            for hour in clock.hours
-            for minute in clock.minutes
-            for second in clock.seconds
-        ]
-        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-        return timedelta(seconds=min([*gaps, times[0] + 86_400 - times[-1]]))
+        return shortest_gap_of(self.times_of_day)
 
     @property
     def _zone(self) -> ZoneInfo:
@@ -461,6 +465,13 @@ class _Calendar:
         except ValueError:  # no named day within croniter's 50-year search
             pass
         return tuple(named)
+
+
+def shortest_gap_of(times: Sequence[int]) -> timedelta:
+    """The shortest gap between times of day (ascending seconds since midnight), across
+    midnight too."""
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    return timedelta(seconds=min([*gaps, times[0] + _DAY_SECONDS - times[-1]]))
 
 
 def _values(field: Sequence[int | str], size: int) -> tuple[int, ...]:

@@ -13,17 +13,15 @@ from __future__ import annotations
 import calendar
 import functools
 import heapq
-import itertools
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from cronlease.cron import EVERY, Schedule, ScheduleError
+from cronlease.cron import EVERY, Schedule, ScheduleError, shortest_gap_of
 
 MAX_SCHEDULES = 10
-_DAY_SECONDS = 86_400
 
 
 @dataclass(frozen=True)
@@ -67,9 +65,7 @@ class ScheduleSet(Schedule):
     @functools.cached_property
     def shortest_gap(self) -> timedelta:
         """The shortest time between two times of day any part names (parts may interleave)."""
-        times = sorted(set().union(*(_times_of_day(part) for part in self.parts)))
-        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-        return timedelta(seconds=min([*gaps, times[0] + _DAY_SECONDS - times[-1]]))
+        return shortest_gap_of(sorted(set().union(*(part.times_of_day for part in self.parts))))
 
     def _walls(self, start: datetime, *, backward: bool) -> Iterator[datetime]:
         walks = [part._walls(start, backward=backward) for part in self.parts]
@@ -149,15 +145,4 @@ class _TimesOfDay:
 @functools.lru_cache(maxsize=4096)
 def _union_clock(schedules: ScheduleSet, mask: int) -> _TimesOfDay:
     named = [part for bit, part in enumerate(schedules.parts) if mask >> bit & 1]
-    return _TimesOfDay(sorted(set().union(*(_times_of_day(part) for part in named))))
-
-
-@functools.lru_cache(maxsize=4096)
-def _times_of_day(schedule: Schedule) -> frozenset[int]:
-    clock = schedule._clock
-    return frozenset(
-        (hour * 60 + minute) * 60 + second
-        for hour in clock.hours
-        for minute in clock.minutes
-        for second in clock.seconds
-    )
+    return _TimesOfDay(sorted(set().union(*(part.times_of_day for part in named))))
