@@ -10,7 +10,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes soak clean
+.PHONY: help venv controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-decide soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 
 
 writes: venv controlplane ## API writes per slot, cronlease vs CronJob, counted by kube-apiserver (bench/results/writes.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/writes.py $(WRITES_ARGS)
+
+bench-decide: venv ## the pure decision path on one core: slots per second, a day of per-second slots caught up (bench/results/decide.md; no cluster)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/decide.py $(DECIDE_ARGS)
 
 soak: venv ## a million Job deletions through the model in-process, RSS flat within 5% (bench/results/soak.md; no cluster)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/soak.py $(SOAK_ARGS)

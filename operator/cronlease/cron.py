@@ -171,17 +171,32 @@ class Schedule:
         Walks backwards from `until` because a caller catching up after downtime only
         ever acts on the newest slots, and a per-second schedule over a long outage
         would otherwise enumerate millions of slots just to drop them.
+
+        At a burst every ScheduledJob with this schedule asks with the same `after` (its
+        cursor, the previous slot) and an `until` a little later each time: the last answer
+        serves any `until` before the next slot after the one it was computed for (as in
+        next_after). The caller gets its own copy.
         """
         after, until = _as_utc(after), _as_utc(until)
         if limit <= 0:
             return []
+        last: tuple[datetime, int, datetime, datetime | None, list[datetime]] | None
+        last = self.__dict__.get("_last_slots_between")
+        if last is not None:
+            asked_after, asked_limit, asked_until, following, answer = last
+            fits = asked_until <= until and (following is None or until < following)
+            if asked_after == after and asked_limit == limit and fits:
+                return list(answer)
         if self.every:
-            first, last = self._every_range(after, until)
-            slots = (self._nth_every(k) for k in range(max(first, last - limit + 1), last + 1))
-            return [slot for slot in slots if slot is not None]
-        recent = list(islice(takewhile(lambda s: s > after, self._slots_until(until)), limit))
-        recent.reverse()
-        return recent
+            first, final = self._every_range(after, until)
+            slots = (self._nth_every(k) for k in range(max(first, final - limit + 1), final + 1))
+            recent = [slot for slot in slots if slot is not None]
+        else:
+            recent = list(islice(takewhile(lambda s: s > after, self._slots_until(until)), limit))
+            recent.reverse()
+        # One tuple: safe across threads (a long catch-up is decided in a worker thread).
+        self.__dict__["_last_slots_between"] = (after, limit, until, self.next_after(until), recent)
+        return list(recent)
 
     def count_between(self, after: datetime, until: datetime) -> int:
         """Exact number of slots in (after, until], for any range, without enumerating them.

@@ -589,3 +589,23 @@ def test_next_after_reuses_its_last_answer_only_for_instants_it_covers() -> None
     assert schedule.next_after(at(10)) == at(20)  # the answer itself is not covered
     assert schedule.next_after(at(0)) == at(10)  # before the last instant asked
     assert schedule.next_after(datetime(2026, 1, 5, 8, 59, 59, tzinfo=UTC)) == at(0)
+
+
+def test_slots_between_reuses_its_last_answer_only_while_no_slot_comes_between() -> None:
+    """At a burst every ScheduledJob asks with the same cursor and a later `until`: the answer is
+    reused until the next slot, and each caller gets its own list (the jitter pops from it)."""
+    schedule = Schedule.parse("0 * * * *")
+    cursor = utc(2026, 1, 5, 8)
+    first = schedule.slots_between(cursor, utc(2026, 1, 5, 9, 0, 0, 100_000))
+    assert first == [utc(2026, 1, 5, 9)]
+    first.pop()
+    reused = schedule.slots_between(cursor, utc(2026, 1, 5, 9, 59))
+    assert reused == [utc(2026, 1, 5, 9)]
+    reused.pop()
+    assert schedule.slots_between(cursor, utc(2026, 1, 5, 9, 30)) == [utc(2026, 1, 5, 9)]
+    assert schedule.slots_between(cursor, utc(2026, 1, 5, 10)) == [
+        utc(2026, 1, 5, 9),
+        utc(2026, 1, 5, 10),
+    ]
+    assert schedule.slots_between(cursor, utc(2026, 1, 5, 10), limit=1) == [utc(2026, 1, 5, 10)]
+    assert schedule.slots_between(utc(2026, 1, 5, 9), utc(2026, 1, 5, 10)) == [utc(2026, 1, 5, 10)]
