@@ -68,12 +68,10 @@ class ScheduleSet(Schedule):
         return shortest_gap_of(sorted(set().union(*(part.times_of_day for part in self.parts))))
 
     def _walls(self, start: datetime, *, backward: bool) -> Iterator[datetime]:
+        """The parts' walks merged; a wall time two parts name comes twice, and the slot
+        generators (`_slots_after`, `_slots_until`) keep each instant once."""
         walks = [part._walls(start, backward=backward) for part in self.parts]
-        last = None
-        for wall in heapq.merge(*walks, reverse=backward):
-            if wall != last:
-                last = wall
-                yield wall
+        return heapq.merge(*walks, reverse=backward)
 
     def _walls_between(self, low: datetime, high: datetime) -> int:
         """How many wall times the union names in (low, high]; naive whole seconds."""
@@ -111,21 +109,27 @@ class ScheduleSet(Schedule):
         return counts
 
     def _year_masks(self, year: int) -> tuple[int, ...]:
-        """For each day of `year` (index 1 to 365 or 366), which parts name it. Every year of a
-        kind (leap or not, weekday of January 1) has the same calendar: computed once a kind."""
-        kinds: dict[tuple[bool, int], tuple[int, ...]] = self.__dict__.setdefault("_kinds", {})
+        """For each day of `year` (index 1 to 365 or 366), which parts name it."""
+        return self._kind(year)[0]
+
+    def _year_counts(self, year: int) -> Counter[int]:
+        """How many days of `year` each set of parts names."""
+        return self._kind(year)[1]
+
+    def _kind(self, year: int) -> tuple[tuple[int, ...], Counter[int]]:
+        """The masks of the days of `year` and their counts. Every year of a kind (leap or
+        not, weekday of January 1) has the same calendar: computed once a kind."""
+        kinds: dict[tuple[bool, int], tuple[tuple[int, ...], Counter[int]]]
+        kinds = self.__dict__.setdefault("_kinds", {})
         kind = (calendar.isleap(year), date(year, 1, 1).weekday())
-        masks = kinds.get(kind)
-        if masks is None:
+        known = kinds.get(kind)
+        if known is None:
             named = [0] * (367 if kind[0] else 366)
             for bit, part in enumerate(self.parts):
                 for yday in part._calendar.named_days(year):
                     named[yday] |= 1 << bit
-            masks = kinds[kind] = tuple(named)
-        return masks
-
-    def _year_counts(self, year: int) -> Counter[int]:
-        return Counter(self._year_masks(year)[1:])
+            known = kinds[kind] = (tuple(named), Counter(named[1:]))
+        return known
 
     def _clock_of(self, mask: int) -> _TimesOfDay:
         return _union_clock(self, mask)
