@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from cronlease import REQUEST_KIND, backoff, metrics
+from cronlease import REQUEST_KIND, RUN_KIND, backoff, metrics
 from cronlease.decision import (
     Decision,
     DeletionReason,
@@ -46,6 +46,10 @@ from cronlease.naming import (
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
 )
+from cronlease.runobject import build_run, run_info
+from cronlease.spec import SpecError, steps_of
+from cronlease.stepjob import build_step_job
+from cronlease.supervision import Action
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -157,8 +161,11 @@ class Applier:
         model: Model,
         max_concurrency: int = 64,
         patience: float = CREATIONS_FIRST_PATIENCE,
+        runs: Model | None = None,
     ) -> None:
         self.api, self.leadership, self.model = api, leadership, model
+        # The Runs of multi-step ScheduledJobs, as their decisions see them (kind Run).
+        self.runs = runs or Model(lambda key: None, read=run_info)
         # Creations set the lag, so at a burst they go first: status writes and Events wait for
         # them to drain, then get fewer connections (Events fewest: they are informational).
         self._creations = CreationsFirst(patience)
@@ -253,16 +260,32 @@ class Applier:
         ):
             return
         run = PlannedRun(f"{sj.name}-check", datetime.now(UTC), TRIGGER_SCHEDULE)
-        self._check_leading()
+        self.check_leading()
         try:
-            await self.api.create_job(
-                build_job(sj, run, self.leadership.identity, self.leadership.token), dry_run=True
-            )
+            for job in self._template_jobs(sj, run):
+                await self.api.create_job(job, dry_run=True)
         except ApiError as error:
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             return  # no verdict (429, 5xx, the fence's cache): checked again next time
         self._checked_generation[sj.uid] = sj.generation
+
+    def _template_jobs(self, sj: ScheduledJobView, run: PlannedRun) -> list[dict[str, Any]]:
+        """The Jobs a run would create: one, or each step's and each compensation's."""
+        leader, token = self.leadership.identity, self.leadership.token
+        try:
+            steps = steps_of(sj.spec)
+        except SpecError:
+            return []  # decide() reports it
+        if steps is None:
+            return [build_job(sj, run, leader, token)]
+        owner = build_run(sj, run, steps, leader, token)
+        owner["metadata"]["uid"] = sj.uid  # a dry run: any owner will do
+        return [
+            build_step_job(owner, step, action, 1, leader, token)
+            for step in steps.steps
+            for action in (Action.RUN, *((Action.COMPENSATE,) if step.compensate else ()))
+        ]
 
     async def _record_refused_template(
         self, sj: ScheduledJobView, obj: dict[str, Any], message: str
@@ -272,18 +295,18 @@ class Applier:
         refused = {"generation": sj.generation, "message": message}
         current = obj.get("status") or {}
         version = obj["metadata"]["resourceVersion"]
-        write = self._status_write(sj.ref, version, current, {**current, "templateError": refused})
+        write = self.status_write(sj.ref, version, current, {**current, "templateError": refused})
         if write is not None:
             await self._write_status(write, creations_first=False)
 
     # Writes
 
-    def _check_leading(self) -> None:
+    def check_leading(self) -> None:
         if not self.leadership.is_leading():
             metrics.rejected_writes.inc()
             raise NotLeading()
 
-    async def _fenced(self, write: Callable[[], Awaitable[T]]) -> T:
+    async def fenced(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run one write; if the API server refuses it as stale, ask the Lease who leads: step
         down if it is somebody else, else retry (right after a takeover the policy lags)."""
         for attempt in range(1, FENCING_RETRIES + 1):
@@ -301,61 +324,75 @@ class Applier:
                 if not await self.leadership.verify():
                     raise NotLeading() from error
                 await asyncio.sleep(backoff.FENCING.delay(attempt))
-                self._check_leading()
+                self.check_leading()
         raise RetryLater("writes still refused as stale although we hold the Lease")
 
     async def _delete(self, sj: ScheduledJobView, deletion: PlannedDeletion) -> None:
-        self._check_leading()
+        self.check_leading()
         try:
             # CancelOther waits until the run is gone, pods included (cronlease.overlap).
             foreground = deletion.reason is DeletionReason.CANCEL_OTHER
-            await self.api.delete_job(sj.namespace, deletion.job_name, deletion.uid, foreground)
+            delete = self.api.delete_run if deletion.kind == RUN_KIND else self.api.delete_job
+            await delete(sj.namespace, deletion.job_name, deletion.uid, foreground)
         except ApiError as error:
             if error.status in (404, 409):  # gone already, or a different Job now
                 return
             metrics.reconcile_errors.labels("delete").inc()
             raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
-        self._event(
+        self.event(
             sj.ref,
             "Normal",
             "SuccessfulDelete",
-            f"deleted Job {deletion.job_name} ({deletion.reason})",
+            f"deleted {deletion.kind} {deletion.job_name} ({deletion.reason})",
         )
 
     async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> str:
         """Create the run's Job; its uid (of the Job an earlier attempt created, if adopted)."""
-        self._check_leading()
-        job = build_job(sj, run, self.leadership.identity, self.leadership.token)
+        self.check_leading()
+        steps = steps_of(sj.spec)  # valid: decide() planned this run
+        leader, token = self.leadership.identity, self.leadership.token
+        kind, model = (RUN_KIND, self.runs) if steps else ("Job", self.model)
+        if steps is None:
+            job = build_job(sj, run, leader, token)
+        else:
+            job = build_run(sj, run, steps, leader, token)
+        create = self.api.create_job if steps is None else self.api.create_run
         try:
-            with self.model.reading():  # its Job's deletion seen before the response stays buried
-                created = await self._fenced(lambda: self.api.create_job(job))
-                self.model.upsert_job(created)  # Forbid must see it before its watch event arrives
+            with model.reading():  # its Job's deletion seen before the response stays buried
+                created = await self.fenced(lambda: create(job))
+                model.upsert_job(created)  # Forbid must see it before its watch event arrives
         except ApiError as error:
             if error.status == 409:
-                return await self._adopt_existing(sj, run)
+                return await self._adopt_existing(sj, run, kind)
             if error.status == 403 and "NamespaceTerminating" in error.body:
                 raise NamespaceTerminating() from error
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             metrics.reconcile_errors.labels("create").inc()
-            self._event(sj.ref, "Warning", "FailedCreate", f"Job {run.job_name}: {error.message}")
-            raise RetryLater(f"creating Job {run.job_name}: {error}") from error
+            message = f"{kind} {run.job_name}: {error.message}"
+            self.event(sj.ref, "Warning", "FailedCreate", message)
+            raise RetryLater(f"creating {kind} {run.job_name}: {error}") from error
         lag = time.time() - (run.start or run.slot).timestamp()
         metrics.jobs_created.labels(run.trigger).inc()
         if run.attempt > 1:  # late by design: the delay after a failed attempt
             metrics.run_attempts.labels(run.trigger).inc()
         elif run.trigger == TRIGGER_SCHEDULE:
             metrics.schedule_lag.observe(max(lag, 0.0))
-        self._event(sj.ref, "Normal", "SuccessfulCreate", f"created Job {run.job_name}")
+        self.event(sj.ref, "Normal", "SuccessfulCreate", f"created {kind} {run.job_name}")
         return str(created["metadata"]["uid"])
 
-    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun) -> str:
+    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun, kind: str) -> str:
         """AlreadyExists: a Job the leader wrote for this run (an earlier attempt's) is adopted:
         its uid. Anyone else's is not, whatever owner reference it carries."""
-        with self.model.reading():
-            existing = await self.api.get_job(sj.namespace, run.job_name)
-            info = job_info(existing)
-            self.model.upsert_job(existing)
+        model = self.runs if kind == RUN_KIND else self.model
+        with model.reading():
+            if kind == RUN_KIND:
+                existing = await self.api.get_run(sj.namespace, run.job_name)
+                info = run_info(existing)
+            else:
+                existing = await self.api.get_job(sj.namespace, run.job_name)
+                info = job_info(existing)
+            model.upsert_job(existing)
         # A manual run's slot is its decision's "now": the retry's differs; its token does not.
         same_run = (
             info.run_now_token == run.run_now_token
@@ -365,7 +402,7 @@ class Applier:
         if info.trusted and info.owner_uid == sj.uid and info.trigger == run.trigger and same_run:
             return info.uid
         # Someone else's Job holds the name: decided again at once, the slot is a NameConflict.
-        self.model.name_taken(sj.namespace, sj.uid, info)
+        model.name_taken(sj.namespace, sj.uid, info)
         raise Stale()
 
     async def apply_requests(self, decision: Decision) -> Applied:
@@ -373,7 +410,7 @@ class Applier:
         try:
             for event in decision.events:
                 if event.about is not None:
-                    self._event(event.about, event.type, event.reason, event.message)
+                    self.event(event.about, event.type, event.reason, event.message)
             for request in decision.requests:
                 await self._write_request_status(request)
         except NotLeading:
@@ -391,7 +428,7 @@ class Applier:
         and a namespace being deleted must not wait on us."""
         try:
             for job in jobs:
-                await self._release(namespace, PlannedRelease(job.name, job.uid))
+                await self._release(namespace, PlannedRelease(job.name, job.uid, job.kind))
         except NotLeading:
             return Applied(Outcome.NOT_LEADING)
         except RetryLater as error:
@@ -399,35 +436,39 @@ class Applier:
         return Applied(Outcome.DONE)
 
     async def _release(self, namespace: str, release: PlannedRelease) -> None:
-        self._check_leading()
+        self.check_leading()
+        is_run = release.kind == RUN_KIND
+        model = self.runs if is_run else self.model
+        what = f"{release.kind} {release.job_name}"
         try:
             async with self._status_pool:
-                await self.api.release_job(
-                    namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD
-                )
+                unhold = self.api.release_run if is_run else self.api.release_job
+                await unhold(namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD)
         except ApiError as error:
             if error.status in (404, 409, 422):  # gone, or another Job under that name now
                 if error.status == 422:
-                    log.warning("releasing Job %s refused: %s", release.job_name, error.message)
-                self.model.released(namespace, release.job_name)
+                    log.warning("releasing %s refused: %s", what, error.message)
+                model.released(namespace, release.job_name)
                 return
             metrics.reconcile_errors.labels("release").inc()
-            raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
+            raise RetryLater(f"releasing {what}: {error}") from error
         except TransportError as error:
-            raise RetryLater(f"releasing Job {release.job_name}: {error}") from error
-        self.model.released(namespace, release.job_name)
+            raise RetryLater(f"releasing {what}: {error}") from error
+        model.released(namespace, release.job_name)
 
     async def _label(self, sj: ScheduledJobView, planned: PlannedLabel) -> None:
         """A label that marks the end of a run's attempt (after the status write): a dead letter
         (kept outside the history limits), or an attempt retried (never retried again)."""
-        self._check_leading()
+        self.check_leading()
+        model = self.runs if planned.kind == RUN_KIND else self.model
+        label = self.api.label_run if planned.kind == RUN_KIND else self.api.label_job
         try:
-            with self.model.reading():
+            with model.reading():
                 async with self._status_pool:
-                    labelled = await self.api.label_job(
+                    labelled = await label(
                         sj.namespace, planned.job_name, planned.uid, {planned.label: planned.value}
                     )
-                self.model.upsert_job(labelled)  # the next decision must not label it again
+                model.upsert_job(labelled)  # the next decision must not label it again
         except ApiError as error:
             if error.status in (404, 409):  # gone, or another Job under that name now
                 return
@@ -445,11 +486,11 @@ class Applier:
         for skip in decision.skips:
             metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
         for event in decision.events:
-            self._event(event.about or sj.ref, event.type, event.reason, event.message)
+            self.event(event.about or sj.ref, event.type, event.reason, event.message)
         version = obj["metadata"]["resourceVersion"]
-        return self._status_write(sj.ref, version, obj.get("status") or {}, decision.status)
+        return self.status_write(sj.ref, version, obj.get("status") or {}, decision.status)
 
-    def _status_write(
+    def status_write(
         self, ref: ObjectRef, version: str, current: dict[str, Any], status: dict[str, Any]
     ) -> StatusWrite | None:
         """The patch from the object's `current` status to `status`, stamped; None if they are
@@ -472,7 +513,7 @@ class Applier:
     async def _write_status(self, write: StatusWrite, creations_first: bool = True) -> None:
         if creations_first:
             await self._creations.wait_turn()
-        self._check_leading()
+        self.check_leading()
         ref = write.ref
         resource, get = (
             (RUNREQUESTS, self.api.get_runrequest)
@@ -482,7 +523,7 @@ class Applier:
         with self.model.reading():  # the response, or the fresh copy after a 409, is fed to it
             try:
                 async with self._status_pool:
-                    updated = await self._fenced(
+                    updated = await self.fenced(
                         lambda: self.api.patch_status(
                             ref.namespace, ref.name, write.patch, write.version, resource
                         )
@@ -498,7 +539,7 @@ class Applier:
             self._upsert(ref, updated)
 
     async def _write_request_status(self, request: RequestStatus) -> None:
-        write = self._status_write(request.ref, request.version, request.previous, request.status)
+        write = self.status_write(request.ref, request.version, request.previous, request.status)
         if write is not None:
             await self._write_status(write)
 
@@ -510,7 +551,7 @@ class Applier:
 
     # Events
 
-    def _event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+    def event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
         """Events go out in the background: the hot path never waits for them. They are
         aggregated (cronlease.events): one writer per Event at a time, and what occurs while it
         waits goes out in its next write."""

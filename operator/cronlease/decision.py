@@ -125,12 +125,14 @@ class PlannedDeletion:
     job_name: str
     uid: str
     reason: DeletionReason
+    kind: str = "Job"  # or "Run" (a multi-step slot's run)
 
 
 @dataclass(frozen=True)
 class PlannedRelease:
     job_name: str
     uid: str
+    kind: str = "Job"
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,7 @@ class PlannedLabel:
     uid: str
     label: str
     value: str = "true"
+    kind: str = "Job"
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ class JobInfo:
     request_name: str = ""
     request_uid: str = ""
     request_index: int = -1
+    # "Job", or "Run": a multi-step slot's run is a Run object (cronlease.runobject), which the
+    # ScheduledJob's decisions count, record and delete as they do a Job.
+    kind: str = "Job"
 
     @property
     def run_name(self) -> str:

@@ -35,16 +35,34 @@ def build_job(
     sj: ScheduledJobView, run: PlannedRun, leader: str, fencing_token: int
 ) -> dict[str, Any]:
     template = copy.deepcopy(sj.spec.get("jobTemplate") or {})
-    metadata = template.get("metadata") or {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": run_metadata(sj, run, leader, fencing_token, template.get("metadata") or {}),
+        "spec": with_run_environment(
+            template.get("spec") or {}, run_annotations(sj.namespace, sj.name, run, run.attempt)
+        ),
+    }
+
+
+def run_metadata(
+    sj: ScheduledJobView,
+    run: PlannedRun,
+    leader: str,
+    fencing_token: int,
+    template_metadata: dict[str, Any],
+) -> dict[str, Any]:
+    """What ties a run's object (a Job, or a multi-step Run) to its ScheduledJob, its slot and the
+    leader that wrote it: the metadata cronlease.jobinfo trusts."""
     labels = {
-        **_theirs(metadata.get("labels")),
+        **without_ours(template_metadata.get("labels")),
         LABEL_SCHEDULEDJOB: sj.name,
         LABEL_RUN: run.run_name,
         LABEL_ATTEMPT: str(run.attempt),
         LABEL_TRIGGER: run.trigger,
     }
     annotations = {
-        **_theirs(metadata.get("annotations")),
+        **without_ours(template_metadata.get("annotations")),
         ANNOTATION_SCHEDULED_AT: format_time(run.slot),
         ANNOTATION_TRIGGER: run.trigger,
         ANNOTATION_LEADER: leader,
@@ -60,32 +78,25 @@ def build_job(
         annotations[ANNOTATION_REQUEST_UID] = run.request.uid
         annotations[ANNOTATION_REQUEST_INDEX] = str(run.request.index)
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": run.job_name,
-            "namespace": sj.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "finalizers": [FINALIZER_SLOT_RECORD],
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": KIND,
-                    "name": sj.name,
-                    "uid": sj.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": with_run_environment(
-            template.get("spec") or {}, run_annotations(sj.namespace, sj.name, run, run.attempt)
-        ),
+        "name": run.job_name,
+        "namespace": sj.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "finalizers": [FINALIZER_SLOT_RECORD],
+        "ownerReferences": [
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": sj.name,
+                "uid": sj.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
     }
 
 
-def _theirs(entries: object) -> dict[str, Any]:
+def without_ours(entries: object) -> dict[str, Any]:
     """The template's labels or annotations without any of cronlease's own (cronlease.io/...):
     those say what the operator made of a Job (retried, a dead letter, its run), and a template
     must not decide that for every Job it makes."""

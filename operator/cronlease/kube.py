@@ -20,13 +20,14 @@ import kopf
 import orjson
 from yarl import URL
 
-from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
+from cronlease import GROUP, PLURAL, REQUEST_PLURAL, RUN_PLURAL, VERSION
 
 LIST_PAGE = 500
 # aiohttp's default line limit is 64 KiB; a watch event of a large object must fit in one line.
 READ_BUFFER = 2**21
 SCHEDULEDJOBS = (f"{GROUP}/{VERSION}", PLURAL)
 RUNREQUESTS = (f"{GROUP}/{VERSION}", REQUEST_PLURAL)
+RUNS = (f"{GROUP}/{VERSION}", RUN_PLURAL)
 JOBS = ("batch/v1", "jobs")
 LEASES = ("coordination.k8s.io/v1", "leases")
 EVENTS = ("v1", "events")
@@ -315,6 +316,57 @@ class KubeApi:
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         return await self.transport.request(
             "PATCH", path, body, content_type="application/merge-patch+json"
+        )
+
+    # Runs (a multi-step slot's run)
+
+    async def create_run(self, run: dict[str, Any]) -> dict[str, Any]:
+        path = resource_path(RUNS, run["metadata"]["namespace"])
+        query = [("fieldValidation", "Strict")]
+        return await self.transport.request("POST", path, run, query=query)
+
+    async def get_run(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.transport.request("GET", resource_path(RUNS, namespace, name))
+
+    async def delete_run(self, namespace: str, name: str, uid: str, foreground: bool) -> None:
+        propagation = "Foreground" if foreground else "Background"
+        options = {"propagationPolicy": propagation, "preconditions": {"uid": uid}}
+        await self.transport.request("DELETE", resource_path(RUNS, namespace, name), options)
+
+    async def release_run(self, namespace: str, name: str, uid: str, finalizer: str) -> None:
+        """Remove `finalizer` from the Run with `uid`. A custom resource takes no strategic
+        merge patch: a JSON patch removes the entry by index, tested first, so a list changed
+        meanwhile (a foreground deletion's finalizer) makes it fail (422) and it reads again."""
+        path = resource_path(RUNS, namespace, name)
+        for _ in range(5):
+            run = await self.get_run(namespace, name)
+            finalizers = run["metadata"].get("finalizers") or []
+            if run["metadata"].get("uid") != uid or finalizer not in finalizers:
+                return
+            index = finalizers.index(finalizer)
+            patch = [
+                {"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizer},
+                {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+            ]
+            try:
+                await self.transport.request(
+                    "PATCH", path, patch, content_type="application/json-patch+json"
+                )
+                return
+            except ApiError as error:
+                if error.status != 422:
+                    raise
+        raise ApiError(409, "Conflict", f"the finalizers of Run {name} keep changing")
+
+    async def label_run(
+        self, namespace: str, name: str, uid: str, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        return await self.transport.request(
+            "PATCH",
+            resource_path(RUNS, namespace, name),
+            {"metadata": {"uid": uid, "labels": labels}},
+            content_type="application/merge-patch+json",
         )
 
     # RunRequests

@@ -20,6 +20,7 @@ import kopf
 import prometheus_client
 
 from cronlease import handlers, health, metrics
+from cronlease.applier import Applier
 from cronlease.fenceprobe import fencing_refusal
 from cronlease.jobinfo import job_info
 from cronlease.jobwatch import JobWatch
@@ -27,8 +28,12 @@ from cronlease.kube import LIST_PAGE, KubeApi, connect, login
 from cronlease.leadership import ElectionConfig, Leadership, LeaseElector, SoleLeader
 from cronlease.model import Key, Model
 from cronlease.options import configure_logging, parse_args, version
+from cronlease.runobject import run_info
+from cronlease.runstore import RunStore
+from cronlease.runwatch import RunWatch
 from cronlease.scheduler import Scheduler
 from cronlease.servertime import ServerClock
+from cronlease.supervisor import Supervisor
 from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger("cronlease")
@@ -94,18 +99,36 @@ async def run(args: argparse.Namespace) -> None:
     # otherwise come early, find the slot not yet due, and ask to be woken at once, again.
     wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
     model = Model(wakeups.changed, on_job_finished=_count_result, on_job_change=wakeups.notify)
-    jobs_listed = asyncio.Event()
+    # Multi-step runs (issue 17): the Runs as their ScheduledJobs' decisions see them, and the
+    # supervisor's own view of Runs, step Jobs and heartbeat Leases, with its own wake-ups.
+    runs = Model(wakeups.changed, on_job_change=wakeups.notify, read=run_info)
+    run_wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
+    store = RunStore(run_wakeups.notify)
+    run_watch = RunWatch(api, runs, store, namespaces)
+    jobs_listed, everything_listed = asyncio.Event(), asyncio.Event()
+    applier = Applier(api, leadership, model, args.max_concurrency, runs=runs)
     scheduler = Scheduler(
         api,
         leadership,
         model,
         wakeups,
-        jobs_listed,
+        everything_listed,
         namespaces,
         args.max_concurrency,
+        applier=applier,
         clock=server_clock.now,  # "now" never runs ahead of the API server's clock
     )
+    supervisor = Supervisor(
+        api, leadership, store, applier, run_wakeups, run_watch.listed, clock=server_clock.now
+    )
     job_watch = JobWatch(api, model, namespaces, jobs_listed)
+
+    async def listed() -> None:
+        """A new leader decides once both Jobs and Runs are listed (Forbid counts either)."""
+        await jobs_listed.wait()
+        await run_watch.listed.wait()
+        everything_listed.set()
+
     metrics.dead_letters.set_function(lambda: model.dead_letter_count)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, model)
@@ -115,6 +138,7 @@ async def run(args: argparse.Namespace) -> None:
         """Stop acting first, then give the Lease up so a standby takes over at once (the
         elector stops itself inside release(), after any Lease write in flight)."""
         tasks[0].cancel()  # the scheduler's loop: nothing new starts
+        tasks[1].cancel()  # and the supervisor's
         await scheduler.finish(SHUTDOWN_GRACE)
         await leadership.release()
         for task in tasks:
@@ -157,7 +181,10 @@ async def run(args: argparse.Namespace) -> None:
         ", ".join(namespaces) or "all",
     )
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
+    tasks.append(asyncio.create_task(supervisor.run(), name="supervisor"))
     tasks.append(asyncio.create_task(job_watch.run(), name="jobs"))
+    tasks.append(asyncio.create_task(run_watch.run(), name="runs"))
+    tasks.append(asyncio.create_task(listed(), name="listed"))
     tasks.append(asyncio.create_task(leadership.run(), name="election"))
     for task in tasks:
         task.add_done_callback(_exit_if_failed)

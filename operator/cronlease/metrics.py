@@ -53,3 +53,13 @@ run_attempts = Counter(
     "Attempt Jobs created after a failed attempt (retries), by trigger.",
     ["trigger"],
 )
+escalations = Counter(
+    f"{PREFIX}_escalations_total",
+    "Multi-step runs escalated to a human, by reason (issue 17).",
+    ["reason"],
+)
+step_attempts = Counter(
+    f"{PREFIX}_step_attempts_total",
+    "Step Jobs created for multi-step runs, by action (run or compensate).",
+    ["action"],
+)

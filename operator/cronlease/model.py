@@ -34,7 +34,7 @@ def version_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"].get("resourceVersion", ""))
 
 
-def _newer(new: str, old: str | None) -> bool:
+def is_newer(new: str, old: str | None) -> bool:
     """resourceVersions are opaque, but etcd's are integers; compare them when they are. The same
     version is no news: our own writes reach the model first, their watch events after."""
     if old is None:
@@ -77,7 +77,7 @@ class StoredObject:
         return obj
 
 
-def _pack(obj: dict[str, Any]) -> StoredObject:
+def pack(obj: dict[str, Any]) -> StoredObject:
     return StoredObject(version_of(obj), orjson.dumps(_slim(obj)))
 
 
@@ -99,8 +99,8 @@ class StoredJob:
         return (self.info.namespace, self.info.owner_uid) if self.info.owner_uid else None
 
 
-def _stored_job(obj: dict[str, Any]) -> StoredJob:
-    info = job_info(obj)
+def _stored_job(obj: dict[str, Any], read: Callable[[dict[str, Any]], JobInfo]) -> StoredJob:
+    info = read(obj)
     labels = obj["metadata"].get("labels")
     owner_name = labels.get(LABEL_SCHEDULEDJOB) if isinstance(labels, dict) else None
     owner = (info.namespace, owner_name) if isinstance(owner_name, str) and owner_name else None
@@ -113,9 +113,13 @@ class Model:
         on_change: Callable[[Key], None],
         on_job_finished: Callable[[dict[str, Any]], None] | None = None,
         on_job_change: Callable[[Key], None] | None = None,
+        read: Callable[[dict[str, Any]], JobInfo] = job_info,
     ) -> None:
         """`on_change(key)` when a ScheduledJob changes; `on_job_change(owner key)` when one of
-        its Jobs does (default: on_change); `on_job_finished(job)` when a Job finishes."""
+        its Jobs does (default: on_change); `on_job_finished(job)` when a Job finishes. `read`
+        makes a JobInfo of a stored object: a second model keeps the Runs of multi-step slots
+        (cronlease.runobject.run_info), in a name space of their own."""
+        self._read = read
         self._on_change = on_change
         self._on_job_change = on_job_change or on_change
         self._on_job_finished = on_job_finished
@@ -159,11 +163,11 @@ class Model:
     def upsert_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         current = self._scheduledjobs.get(key)
-        if self._buried("sj", obj) or not _newer(
+        if self._buried("sj", obj) or not is_newer(
             version_of(obj), current.version if current else None
         ):
             return
-        self._scheduledjobs[key] = _pack(obj)
+        self._scheduledjobs[key] = pack(obj)
         uid = obj["metadata"].get("uid")
         if isinstance(uid, str):
             self._owners[(key[0], uid)] = key
@@ -188,11 +192,11 @@ class Model:
     def upsert_runrequest(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         current = self._requests.get(key)
-        if self._buried("request", obj) or not _newer(
+        if self._buried("request", obj) or not is_newer(
             version_of(obj), current.version if current else None
         ):
             return
-        self._requests[key] = _pack(obj)
+        self._requests[key] = pack(obj)
         self._index_request(key, scheduled_job_of(obj))
         self._notify_request(key)
 
@@ -233,13 +237,13 @@ class Model:
     def upsert_job(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         current = self._jobs.get(key)
-        if self._buried("job", obj) or not _newer(
+        if self._buried("job", obj) or not is_newer(
             version_of(obj), current.version if current else None
         ):
             return
         if key in self._out_of_sight:  # back in sight (its label restored): listed anew below
             self.released(*key)
-        stored = self._jobs[key] = _stored_job(obj)
+        stored = self._jobs[key] = _stored_job(obj, self._read)
         info = stored.info
         previous = None
         if current is not None and current.owner != stored.owner:
@@ -267,9 +271,9 @@ class Model:
     def delete_job(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         self._bury("job", obj)
-        stored = self._jobs.pop(key) if key in self._jobs else _stored_job(obj)
+        stored = self._jobs.pop(key) if key in self._jobs else _stored_job(obj, self._read)
         self._forget_job(stored)
-        info = job_info(obj)
+        info = self._read(obj)
         if info.held and stored.owner:
             # A Job that holds our finalizer cannot be gone: it left the watch's label selector.
             # Untrusted from now on, it is still released by the ScheduledJob it was labelled for.
@@ -304,7 +308,7 @@ class Model:
         for key, stored in list(self._jobs.items()):
             if namespace and key[0] != namespace:
                 continue
-            if key not in listed and not _newer(stored.version, version):
+            if key not in listed and not is_newer(stored.version, version):
                 self._forget_job(self._jobs.pop(key))
 
     def jobs_of(self, namespace: str, owner_uid: str) -> list[JobInfo]:

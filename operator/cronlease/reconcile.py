@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cronlease import GROUP, RUN_KIND, VERSION
 from cronlease.conditions import set_condition
 from cronlease.decision import (
     EXPECTED_SKIPS,
@@ -81,6 +82,7 @@ MAX_ENUMERATED_SLOTS = 1000
 MAX_CATCH_UP_RUNS = 100
 # status.observedSchedule of an invalid spec.
 INVALID = "<invalid>"
+_JOB_KIND = {"apiVersion": "batch/v1", "kind": "Job"}
 # Sorts a Job without any timestamp as the oldest.
 _THE_BEGINNING = datetime.min.replace(tzinfo=UTC)
 
@@ -244,7 +246,9 @@ def _plan_attempts(
     with no attempt left. A suspended ScheduledJob starts no attempt (its runs wait)."""
     doomed = {deletion.uid for deletion in decision.deletions}
     for run in runs.values():
-        decision.labels += [PlannedLabel(job.name, job.uid, LABEL_RETRIED) for job in run.unmarked]
+        decision.labels += [
+            PlannedLabel(job.name, job.uid, LABEL_RETRIED, kind=job.kind) for job in run.unmarked
+        ]
     retry = spec.retry
     if retry is None:
         return
@@ -253,7 +257,9 @@ def _plan_attempts(
         if latest.uid in doomed:  # ended by Replace in this decision
             continue
         if outcome is RunOutcome.EXHAUSTED:
-            decision.labels.append(PlannedLabel(latest.name, latest.uid, LABEL_DEAD_LETTER))
+            decision.labels.append(
+                PlannedLabel(latest.name, latest.uid, LABEL_DEAD_LETTER, kind=latest.kind)
+            )
             why = _dead_letter_reason(latest)
             decision.events.append(
                 EventRecord(
@@ -275,7 +281,9 @@ def _plan_attempts(
         if job_name in taken:
             # Someone else's Job holds the name (the next attempt, orphaned by a user): the run
             # cannot go on, and this attempt is done with, as if retried.
-            decision.labels.append(PlannedLabel(latest.name, latest.uid, LABEL_RETRIED))
+            decision.labels.append(
+                PlannedLabel(latest.name, latest.uid, LABEL_RETRIED, kind=latest.kind)
+            )
             decision.events.append(
                 EventRecord(
                     EventType.WARNING,
@@ -494,7 +502,8 @@ def _run_queue(
             _skip(decision, reason, len(slots), max(slots))
     if plan.cancel:
         decision.deletions += [
-            PlannedDeletion(job.name, job.uid, DeletionReason.CANCEL_OTHER) for job in active
+            PlannedDeletion(job.name, job.uid, DeletionReason.CANCEL_OTHER, job.kind)
+            for job in active
         ]
     if plan.waiting:
         status["buffered"] = [format_time(slot) for slot in plan.waiting]
@@ -587,7 +596,7 @@ def _admit(
         return False
     if spec.concurrency_policy is ConcurrencyPolicy.REPLACE:
         decision.deletions += [
-            PlannedDeletion(job.name, job.uid, DeletionReason.REPLACE) for job in active
+            PlannedDeletion(job.name, job.uid, DeletionReason.REPLACE, job.kind) for job in active
         ]
     return True
 
@@ -677,7 +686,9 @@ def _plan_history_cleanup(
             expires = (latest.finished_at or now) + retention
             if expires <= now:
                 decision.deletions.append(
-                    PlannedDeletion(latest.name, latest.uid, DeletionReason.DEAD_LETTER_EXPIRED)
+                    PlannedDeletion(
+                        latest.name, latest.uid, DeletionReason.DEAD_LETTER_EXPIRED, latest.kind
+                    )
                 )
             else:
                 letters.add(latest.uid)
@@ -691,7 +702,8 @@ def _plan_history_cleanup(
         finished.sort(key=lambda job: (job.history_time or _THE_BEGINNING, job.name))
         excess = finished[: max(0, len(finished) - limit)]
         decision.deletions += [
-            PlannedDeletion(job.name, job.uid, DeletionReason.HISTORY_LIMIT) for job in excess
+            PlannedDeletion(job.name, job.uid, DeletionReason.HISTORY_LIMIT, job.kind)
+            for job in excess
         ]
     return frozenset(letters)
 
@@ -736,7 +748,7 @@ def _plan_releases(
                 and job.slot not in waiting
             )
         if recorded:
-            decision.releases.append(PlannedRelease(job.name, job.uid))
+            decision.releases.append(PlannedRelease(job.name, job.uid, job.kind))
 
 
 def _write_status(
@@ -756,9 +768,9 @@ def _write_status(
         + [run.job_name for run in decision.runs]
     )
     # Refs carry no uid: a planned run has none yet, and adding it later would cost a write.
+    kind = {"apiVersion": f"{GROUP}/{VERSION}", "kind": RUN_KIND} if spec.steps else _JOB_KIND
     status["active"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": sj.namespace}
-        for name in active[:ACTIVE_REFS]
+        {**kind, "name": name, "namespace": sj.namespace} for name in active[:ACTIVE_REFS]
     ]
     status["activeCount"] = len(active)
     if cursor is not None:

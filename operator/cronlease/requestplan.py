@@ -397,7 +397,9 @@ def _mark_replayed(
         if original is not None and context.outcomes[target.run] in _DEAD:
             latest = original.latest
             decision.labels.append(
-                PlannedLabel(latest.name, latest.uid, LABEL_DEAD_LETTER, DEAD_LETTER_REPLAYED)
+                PlannedLabel(
+                    latest.name, latest.uid, LABEL_DEAD_LETTER, DEAD_LETTER_REPLAYED, latest.kind
+                )
             )
 
 

@@ -56,7 +56,11 @@ def run_annotations(namespace: str, name: str, run: PlannedRun, attempt: int = 1
     }
 
 
-def with_run_environment(job_spec: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+def with_run_environment(
+    job_spec: dict[str, Any],
+    annotations: dict[str, str],
+    environment: dict[str, str] = ENVIRONMENT,
+) -> dict[str, Any]:
     """The Job spec (a copy the caller owns) with the run's annotations on its pod template and
     the variables in every container and init container. Malformed parts of a template are left
     as they are: the API server refuses them, naming the user's field (the template's dry run)."""
@@ -77,26 +81,26 @@ def with_run_environment(job_spec: dict[str, Any], annotations: dict[str, str]) 
             continue
         for container in containers:
             if isinstance(container, dict):
-                container["env"] = _with_variables(container.get("env"))
+                container["env"] = _with_variables(container.get("env"), environment)
     return job_spec
 
 
-def _with_variables(env: object) -> object:
+def _with_variables(env: object, environment: dict[str, str]) -> object:
     """Ours first: the user's own variables may then build on them with $(CRONLEASE_...)."""
     ours = [
         {
             "name": variable,
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}},
         }
-        for variable, annotation in ENVIRONMENT.items()
+        for variable, annotation in environment.items()
     ]
     if env is None:
         return ours
     if not isinstance(env, list):
         return env  # malformed: the API server names the field
-    theirs = [item for item in env if not _is_ours(item)]
+    theirs = [item for item in env if not _is_ours(item, environment)]
     return ours + theirs
 
 
-def _is_ours(variable: object) -> bool:
-    return isinstance(variable, dict) and variable.get("name") in ENVIRONMENT
+def _is_ours(variable: object, environment: dict[str, str]) -> bool:
+    return isinstance(variable, dict) and variable.get("name") in environment

@@ -148,7 +148,11 @@ class Scheduler:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
             # collector; a foreground deletion waits for them), and none may wait on us.
-            released = await self.applier.release(key[0], self.model.releasable_held_jobs(key))
+            held = [
+                *self.model.releasable_held_jobs(key),
+                *self.applier.runs.releasable_held_jobs(key),
+            ]
+            released = await self.applier.release(key[0], held)
             if released.outcome is not Outcome.DONE:
                 return released
             waiting = plan_waiting(key[1], self._requests(*key))
@@ -165,7 +169,11 @@ class Scheduler:
         ]
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
-        jobs, now = self.model.jobs_for(sj.namespace, sj.name, sj.uid), self._clock()
+        jobs = [
+            *self.model.jobs_for(sj.namespace, sj.name, sj.uid),
+            *self.applier.runs.jobs_for(sj.namespace, sj.name, sj.uid),  # multi-step runs
+        ]
+        now = self._clock()
         requests = self._requests(sj.namespace, sj.name)
         # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
         behind = parse_time(sj.status.get("processedUntil")) or sj.created_at

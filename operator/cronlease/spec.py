@@ -10,11 +10,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cronlease.cron import Schedule, ScheduleError
 from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time_strictly
 from cronlease.schedules import ScheduleSet
+
+if TYPE_CHECKING:
+    from cronlease.steps import Steps
 
 RUN_AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_LATEST = datetime(2286, 11, 20, 17, 46, 39, tzinfo=UTC)
@@ -101,6 +104,8 @@ class Spec:
     # When many ScheduledJobs are due at once, higher ones create their Jobs first (the
     # scheduler reads it from the object: see priority_of).
     priority: int = 0
+    # spec.steps (issue 17): each slot runs as a multi-step Run instead of a Job.
+    steps: Steps | None = None
 
     @property
     def catches_up_all(self) -> bool:
@@ -154,9 +159,12 @@ def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) 
     policy = _choice(raw, "concurrencyPolicy", ConcurrencyPolicy) or ConcurrencyPolicy.ALLOW
     catch_up = _choice(raw, "catchUp", CatchUp)
     template = raw.get("jobTemplate")
-    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+    steps = steps_of(raw)
+    if steps is not None:
+        template = {}
+    elif not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise SpecError("spec.jobTemplate.spec: required")
-    if "selector" in template["spec"]:
+    elif "selector" in template["spec"]:
         raise SpecError("spec.jobTemplate.spec.selector: must not be set")
     return Spec(
         schedule=schedule,
@@ -167,13 +175,29 @@ def parse_spec(name: str, raw: dict[str, Any], created: datetime | None = None) 
         successful_jobs_history_limit=_count(raw, "successfulJobsHistoryLimit", 3) or 0,
         failed_jobs_history_limit=_count(raw, "failedJobsHistoryLimit", 1) or 0,
         job_template=template,
-        retry=_retry(raw),
+        retry=_retry(raw) if steps is None else None,
         jitter_seconds=_jitter(raw, schedule),
         pause_on_failure=_pause_on_failure(raw),
         catch_up=catch_up,
         buffer_limit=int(_bounded(raw, "bufferLimit", DEFAULT_BUFFER, 1, MAX_BUFFER)),
         priority=int(_bounded(raw, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY)),
+        steps=steps,
     )
+
+
+def steps_of(raw: dict[str, Any]) -> Steps | None:
+    """spec.steps, the alternative to jobTemplate; spec.retry is then each step's default."""
+    from cronlease.steps import parse_steps  # it builds on this module's policies
+
+    if raw.get("steps") is None:
+        if raw.get("onFailure") is not None:
+            raise SpecError("spec.onFailure: only with spec.steps")
+        return None
+    if raw.get("jobTemplate") is not None:
+        raise SpecError("spec: set exactly one of jobTemplate and steps")
+    if raw.get("deadLetter") is not None:
+        raise SpecError("spec.deadLetter: not with steps (a failed run is escalated)")
+    return parse_steps(raw, _retry(raw))
 
 
 def priority_of(raw: dict[str, Any]) -> int:

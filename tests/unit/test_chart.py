@@ -95,6 +95,7 @@ def test_chart_crd_is_identical_to_crds_dir() -> None:
     crds = sorted((REPO / "crds").glob("*.yaml"))
     assert [crd.name for crd in crds] == [
         "cronlease.io_runrequests.yaml",
+        "cronlease.io_runs.yaml",
         "cronlease.io_scheduledjobs.yaml",
     ]
     for crd in crds:
@@ -134,6 +135,12 @@ def test_pods_run_non_root_read_only_without_capabilities() -> None:
     assert pod["affinity"]["podAntiAffinity"]
 
 
+def role(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(
+        d for d in docs if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"] == name
+    )
+
+
 @needs_helm
 def test_rbac_is_least_privilege() -> None:
     docs = documents(render())
@@ -147,10 +154,22 @@ def test_rbac_is_least_privilege() -> None:
         granted = set(rule["verbs"]) | set(rule["resources"])
         assert not granted & {"*", "secrets", "pods"}, rule
     lease_rules = [rule for kind, rule in rules if "leases" in rule["resources"]]
-    assert all(kind == "Role" for kind, rule in rules if "leases" in rule["resources"])
+    # Only the election Role reads or renews a Lease by name; the operator's ClusterRole creates
+    # and watches the heartbeat Leases of step attempts, never updates one.
     readers = [rule for rule in lease_rules if {"get", "update"} & set(rule["verbs"])]
     assert readers
-    assert all(rule.get("resourceNames") == ["cronlease-leader"] for rule in readers)
+    heartbeat = role(docs, "cronlease-heartbeat")
+    assert heartbeat["kind"] == "ClusterRole"
+    # Granted by users to their step pods' ServiceAccount, never bound by the chart.
+    assert not [d for d in docs if d.get("roleRef", {}).get("name") == "cronlease-heartbeat"]
+    operator = [rule for rule in role(docs, "cronlease")["rules"] if "leases" in rule["resources"]]
+    assert operator
+    assert all(set(rule["verbs"]) <= {"create", "list", "watch"} for rule in operator)
+    assert all(
+        rule.get("resourceNames") == ["cronlease-leader"]
+        for rule in readers
+        if rule not in heartbeat["rules"]
+    )
 
 
 @needs_helm
@@ -241,7 +260,11 @@ def test_fence_names_the_release_service_account(values: list[str], user: str) -
         rule["resources"][0]: rule["operations"]
         for rule in writer["matchConstraints"]["resourceRules"]
     }
-    assert operations == {"jobs": ["CREATE", "UPDATE"], "scheduledjobs/status": ["UPDATE"]}
+    assert operations == {
+        "jobs": ["CREATE", "UPDATE"],
+        "scheduledjobs/status": ["UPDATE"],
+        "runs": ["CREATE"],
+    }
     for validation in token["validations"] + writer["validations"]:
         assert "'cronlease fencing: " in validation["messageExpression"], validation
     for validation in writer["validations"]:
@@ -436,13 +459,20 @@ def test_scheduledjobs_join_the_view_edit_and_admin_roles() -> None:
 
     assert joins("cronlease-view") == {"view", "edit", "admin"}
     assert joins("cronlease-edit") == {"edit", "admin"}
-    resources = ("scheduledjobs", "scheduledjobs/status", "runrequests", "runrequests/status")
+    resources = (
+        "scheduledjobs",
+        "scheduledjobs/status",
+        "runrequests",
+        "runrequests/status",
+        "runs",
+        "runs/status",
+    )
     reads = {(r, v) for r in resources for v in ("get", "list", "watch")}
     assert grants("cronlease-view") == reads
     writes = {"create", "update", "patch", "delete", "deletecollection"}
     assert grants("cronlease-edit") == {("scheduledjobs", verb) for verb in writes} | {
         ("runrequests", verb) for verb in ("create", "delete", "deletecollection")
-    }
+    } | {("runs", "delete")}
     # Status is the operator's (and its fence's): no user role writes it.
     assert not aggregated(documents(render("--set", "rbac.aggregate=false")))
 

@@ -91,7 +91,11 @@ def test_every_property_is_described(schema: dict[str, Any]) -> None:
 def test_required_fields(schema: dict[str, Any]) -> None:
     spec = schema["properties"]["spec"]
     assert schema["required"] == ["spec"]
-    assert spec["required"] == ["jobTemplate"]
+    assert "required" not in spec  # jobTemplate or steps, a CEL rule
+    assert {
+        "rule": "has(self.jobTemplate) != has(self.steps)",
+        "message": "spec: set exactly one of jobTemplate and steps",
+    } in spec["x-kubernetes-validations"]
     assert spec["properties"]["jobTemplate"]["required"] == ["spec"]
     job_spec = spec["properties"]["jobTemplate"]["properties"]["spec"]
     assert job_spec["x-kubernetes-preserve-unknown-fields"] is True

@@ -48,7 +48,7 @@ async def seconds(shell: Shell, names: list[str], count: int) -> None:
 def occur(shell: Shell, ref: ObjectRef, reason: str, times: int = 1, kind: str = "Normal") -> None:
     """What a decision's Event does in the applier, `times` times at `shell.now`."""
     for index in range(times):
-        shell.applier._event(ref, kind, reason, f"occurrence {index}")
+        shell.applier.event(ref, kind, reason, f"occurrence {index}")
 
 
 REF = ObjectRef(NAMESPACE, "report", "uid-report")

@@ -1,0 +1,62 @@
+"""The Run object of a multi-step slot (issue 17), and what a ScheduledJob's decisions read of it.
+
+A ScheduledJob with `steps` runs each slot as a Run instead of a Job. The Run is named, labelled,
+annotated, owned and held exactly as the slot's Job would be, so everything decide() promises
+about slots (one run per slot, recorded before it can vanish, the concurrency policies, history)
+holds unchanged: a Run is a JobInfo of kind Run. Its spec is an immutable snapshot of the steps;
+its status is the supervisor's (cronlease.supervision).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cronlease import GROUP, RUN_KIND, VERSION
+from cronlease.decision import PlannedRun, ScheduledJobView
+from cronlease.jobinfo import JobInfo, JobState, job_info
+from cronlease.jobtemplate import run_metadata
+from cronlease.naming import format_time, parse_time
+from cronlease.runenv import idempotency_key
+from cronlease.steps import Steps, snapshot
+from cronlease.supervision import FINISHED_RUN, RunPhase
+
+
+def build_run(
+    sj: ScheduledJobView, run: PlannedRun, steps: Steps, leader: str, fencing_token: int
+) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": RUN_KIND,
+        "metadata": run_metadata(sj, run, leader, fencing_token, {}),
+        "spec": {
+            "scheduledJob": sj.name,
+            "scheduledAt": format_time(run.slot),
+            "trigger": run.trigger,
+            "idempotencyKey": idempotency_key(sj.namespace, sj.name, run),
+            **snapshot(steps),
+        },
+    }
+
+
+def run_info(run: dict[str, Any]) -> JobInfo:
+    """A Run as its ScheduledJob's decisions see it: a run that is active until its phase is
+    final, then succeeded (every step did) or failed (whatever was compensated)."""
+    info = job_info(run)  # the metadata, read as a Job's; the status is a Run's own
+    status = run.get("status")
+    status = status if isinstance(status, dict) else {}
+    phase = status.get("phase")
+    state = JobState.ACTIVE
+    if phase in FINISHED_RUN:
+        state = JobState.SUCCEEDED if phase == RunPhase.SUCCEEDED else JobState.FAILED
+    spec = run.get("spec")
+    trusted = info.trusted and isinstance(spec, dict) and spec.get("scheduledJob") is not None
+    return dataclasses.replace(
+        info,
+        state=state,
+        started_at=parse_time(status.get("startedAt")),
+        finished_at=parse_time(status.get("finishedAt")) if state is not JobState.ACTIVE else None,
+        failure_reason=str(phase) if state is JobState.FAILED else "",
+        trusted=trusted,
+        kind=RUN_KIND,
+    )

@@ -1,0 +1,143 @@
+"""What the supervisor reads (issue 17): the Runs, their step Jobs and the heartbeat Leases, kept
+current by their watches (cronlease.runwatch) and by the supervisor's own write responses.
+
+Like the ScheduledJobs' model it orders copies by resourceVersion, so an older copy never
+replaces a newer one. It needs no tombstones: a step Job holds the slot-record finalizer until
+its attempt is settled in its Run's status, so it cannot vanish while the supervisor still reads
+it, and a Run's or a Lease's late copy only wakes a supervision that reads the API's answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from cronlease.model import Key, StoredObject, is_newer, key_of, pack, version_of
+from cronlease.naming import LABEL_RUN, parse_time
+from cronlease.stepjob import step_job_info
+from cronlease.supervision import StepJob
+
+
+def _run_label(obj: dict[str, Any]) -> str:
+    labels = obj["metadata"].get("labels")
+    value = labels.get(LABEL_RUN) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+class RunStore:
+    def __init__(self, on_change: Callable[[Key], None]) -> None:
+        """`on_change(run key)` when a Run, one of its step Jobs or one of its Leases changes."""
+        self._on_change = on_change
+        self._runs: dict[Key, StoredObject] = {}
+        # Step Jobs by the run their label names, (namespace, run name): found again when the
+        # Run is gone, to release them.
+        self._jobs: dict[Key, tuple[str, StepJob, Key]] = {}
+        self._jobs_by_run: dict[Key, dict[str, StepJob]] = {}
+        self._leases: dict[Key, tuple[str, datetime | None]] = {}
+
+    # Runs
+
+    def run(self, key: Key) -> dict[str, Any] | None:
+        stored = self._runs.get(key)
+        return stored.unpack() if stored else None
+
+    def upsert_run(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        current = self._runs.get(key)
+        if is_newer(version_of(obj), current.version if current else None):
+            self._runs[key] = pack(obj)
+            self._on_change(key)
+
+    def delete_run(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        if self._runs.pop(key, None) is not None:
+            self._on_change(key)  # its held step Jobs are released
+
+    @property
+    def run_count(self) -> int:
+        return len(self._runs)
+
+    # Step Jobs
+
+    def jobs_of(self, key: Key) -> list[StepJob]:
+        return list(self._jobs_by_run.get(key, {}).values())
+
+    def upsert_step_job(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        current = self._jobs.get(key)
+        if not is_newer(version_of(obj), current[0] if current else None):
+            return
+        info = step_job_info(obj)
+        run = (key[0], _run_label(obj))
+        if current is not None and current[2] != run:
+            self._forget_job(key)
+        self._jobs[key] = (version_of(obj), info, run)
+        previous = self._jobs_by_run.setdefault(run, {}).get(info.name)
+        self._jobs_by_run[run][info.name] = info
+        if previous != info:
+            self._on_change(run)
+
+    def delete_step_job(self, obj: dict[str, Any]) -> None:
+        run = self._forget_job(key_of(obj))
+        if run is not None:
+            self._on_change(run)
+
+    def _forget_job(self, key: Key) -> Key | None:
+        entry = self._jobs.pop(key, None)
+        if entry is None:
+            return None
+        run = entry[2]
+        jobs = self._jobs_by_run.get(run)
+        if jobs is not None:
+            jobs.pop(entry[1].name, None)
+            if not jobs:
+                del self._jobs_by_run[run]
+        return run
+
+    # Heartbeat Leases
+
+    def heartbeats(self, namespace: str, names: list[str]) -> dict[str, datetime | None]:
+        """The last renewal of each named Lease the store holds."""
+        found = {}
+        for name in names:
+            entry = self._leases.get((namespace, name))
+            if entry is not None:
+                found[name] = entry[1]
+        return found
+
+    def upsert_lease(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        current = self._leases.get(key)
+        if not is_newer(version_of(obj), current[0] if current else None):
+            return
+        spec = obj.get("spec")
+        renewed = parse_time(spec.get("renewTime")) if isinstance(spec, dict) else None
+        self._leases[key] = (version_of(obj), renewed)
+        if current is None or current[1] != renewed:
+            self._on_change((key[0], _run_label(obj)))
+
+    def delete_lease(self, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        if self._leases.pop(key, None) is not None:
+            self._on_change((key[0], _run_label(obj)))
+
+    # Listings
+
+    def forget_unlisted(self, collection: str, namespace: str, listed: set[Key]) -> None:
+        """After a full listing of `collection` in `namespace` ("" for all): what it lacked was
+        deleted while no watch was open."""
+        stores: dict[str, dict[Key, Any]] = {
+            "runs": self._runs,
+            "jobs": self._jobs,
+            "leases": self._leases,
+        }
+        store = stores[collection]
+        for key in [k for k in store if (not namespace or k[0] == namespace) and k not in listed]:
+            if collection == "jobs":
+                run = self._forget_job(key)
+                if run is not None:
+                    self._on_change(run)
+            else:
+                del store[key]
+                self._on_change(key)

@@ -1,0 +1,217 @@
+"""A multi-step Run's step Jobs and heartbeat Leases: built for an attempt, read back from the
+API (issue 17).
+
+A step Job is named from (run, step, action, attempt), so that a repeated creation of one
+attempt collides; it is owned by its Run and labelled with the run, the step, the action and the
+attempt, and never with cronlease.io/scheduledjob: the ScheduledJob's decisions see only the Run.
+It holds the slot-record finalizer until the Run's status has settled its attempt, so that no
+deletion can make an attempt vanish before the supervisor has recorded what became of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from cronlease import GROUP, RUN_KIND, VERSION
+from cronlease.jobinfo import job_info
+from cronlease.jobtemplate import without_ours
+from cronlease.naming import (
+    ANNOTATION_FENCING_TOKEN,
+    ANNOTATION_LEADER,
+    ANNOTATION_SCHEDULED_AT,
+    ANNOTATION_TRIGGER,
+    FINALIZER_SLOT_RECORD,
+    LABEL_ATTEMPT,
+    LABEL_RUN,
+    format_time,
+)
+from cronlease.runenv import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_IDEMPOTENCY_KEY,
+    ANNOTATION_RUN,
+    with_run_environment,
+)
+from cronlease.runenv import ENVIRONMENT as RUN_ENVIRONMENT
+from cronlease.steps import Step
+from cronlease.supervision import Action, StepJob
+
+LABEL_STEP = f"{GROUP}/step"
+LABEL_ACTION = f"{GROUP}/action"
+ANNOTATION_STEP = f"{GROUP}/step"
+ANNOTATION_HEARTBEAT_LEASE = f"{GROUP}/heartbeat-lease"
+STEP_ENVIRONMENT = {
+    **RUN_ENVIRONMENT,
+    "CRONLEASE_STEP": ANNOTATION_STEP,
+    "CRONLEASE_HEARTBEAT_LEASE": ANNOTATION_HEARTBEAT_LEASE,
+}
+
+
+def step_job_name(owner: str, run: str, step: str, action: Action, attempt: int) -> str:
+    """`<scheduledjob>-s<digest>`: within 63 characters, whatever the run's name."""
+    return f"{owner}-s{_digest(run, step, action, attempt)}"
+
+
+def _digest(run: str, step: str, action: Action, attempt: int) -> str:
+    return hashlib.sha256(f"{run}/{step}/{action.value}/{attempt}".encode()).hexdigest()[:9]
+
+
+def step_idempotency_key(run_key: str, step: str) -> str:
+    """The same for every attempt of the step in this run (and its replays' ), different for
+    every step: the app commits its effect under it, once."""
+    return hashlib.sha256(f"{run_key}\x00{step}".encode()).hexdigest()[:32]
+
+
+def build_step_job(
+    run: dict[str, Any],
+    step: Step,
+    action: Action,
+    attempt: int,
+    leader: str,
+    fencing_token: int,
+) -> dict[str, Any]:
+    metadata, spec = run["metadata"], run["spec"]
+    owner = str(spec["scheduledJob"])
+    name = step_job_name(owner, metadata["name"], step.name, action, attempt)
+    source = (
+        step.compensate.job_template if step.compensate and action is Action.COMPENSATE else None
+    )
+    template = copy.deepcopy(source or step.job_template)
+    theirs = template.get("metadata") or {}
+    labels = {
+        **without_ours(theirs.get("labels")),
+        LABEL_RUN: metadata["name"],
+        LABEL_STEP: step.name,
+        LABEL_ACTION: action.value,
+        LABEL_ATTEMPT: str(attempt),
+    }
+    run_annotations = metadata.get("annotations") or {}
+    annotations = {
+        **without_ours(theirs.get("annotations")),
+        ANNOTATION_SCHEDULED_AT: run_annotations.get(ANNOTATION_SCHEDULED_AT, ""),
+        ANNOTATION_TRIGGER: run_annotations.get(ANNOTATION_TRIGGER, ""),
+        ANNOTATION_LEADER: leader,
+        ANNOTATION_FENCING_TOKEN: str(fencing_token),
+    }
+    job_spec = template.get("spec") or {}
+    if step.timeout_seconds and action is Action.RUN:
+        job_spec["activeDeadlineSeconds"] = step.timeout_seconds  # the step's complete-by
+    pod_annotations = {
+        ANNOTATION_SCHEDULED_AT: annotations[ANNOTATION_SCHEDULED_AT],
+        ANNOTATION_RUN: metadata["name"],
+        ANNOTATION_ATTEMPT: str(attempt),
+        ANNOTATION_TRIGGER: annotations[ANNOTATION_TRIGGER],
+        ANNOTATION_IDEMPOTENCY_KEY: step_idempotency_key(
+            str(spec.get("idempotencyKey", "")), f"{step.name}/{action.value}"
+        ),
+        ANNOTATION_STEP: step.name,
+        ANNOTATION_HEARTBEAT_LEASE: name if step.heartbeat_seconds and action is Action.RUN else "",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": metadata["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": [FINALIZER_SLOT_RECORD],
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": RUN_KIND,
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": with_run_environment(job_spec, pod_annotations, STEP_ENVIRONMENT),
+    }
+
+
+def build_heartbeat_lease(job: dict[str, Any], seconds: int, now: datetime) -> dict[str, Any]:
+    """The attempt's own Lease, named as its Job and owned by it (gone with it): its pod renews
+    it; a stale attempt can renew only its own, which the supervisor never reads."""
+    metadata = job["metadata"]
+    labels = metadata["labels"]
+    instant = format_time(now).removesuffix("Z")
+    micro = f"{instant}.000000Z" if "." not in instant else f"{instant}000Z"
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "labels": {key: labels[key] for key in (LABEL_RUN, LABEL_STEP, LABEL_ATTEMPT)},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
+                }
+            ],
+        },
+        "spec": {
+            "holderIdentity": metadata["name"],
+            "leaseDurationSeconds": seconds,
+            "acquireTime": micro,
+            "renewTime": micro,
+        },
+    }
+
+
+def step_job_info(job: dict[str, Any]) -> StepJob:
+    """A step Job read totally: a Job that lacks what the leader writes is untrusted, and never
+    counts as an attempt."""
+    info = job_info(job)
+    metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    assert isinstance(metadata, dict)
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+    assert isinstance(labels, dict)
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    run_uid, run_name = _run_owner(metadata)
+    step, run = str(labels.get(LABEL_STEP, "")), str(labels.get(LABEL_RUN, ""))
+    action_text, attempt_text = labels.get(LABEL_ACTION), str(labels.get(LABEL_ATTEMPT, ""))
+    action = Action(action_text) if action_text in set(Action) else Action.RUN
+    attempt = int(attempt_text) if attempt_text.isascii() and attempt_text.isdigit() else 0
+    trusted = (
+        bool(run_uid)
+        and run == run_name
+        and bool(step)
+        and action_text in set(Action)
+        and attempt >= 1
+        and bool(annotations.get(ANNOTATION_LEADER))
+        and str(annotations.get(ANNOTATION_FENCING_TOKEN, "")).isdigit()
+        and info.name.endswith(f"-s{_digest(run, step, action, attempt)}")
+    )
+    return StepJob(
+        name=info.name,
+        uid=info.uid,
+        run_uid=run_uid,
+        step=step,
+        action=action,
+        attempt=attempt,
+        state=info.state,
+        finished_at=info.finished_at,
+        failure_reason=info.failure_reason,
+        deleting=info.deleting,
+        held=info.held,
+        trusted=trusted,
+    )
+
+
+def _run_owner(metadata: dict[str, Any]) -> tuple[str, str]:
+    refs = metadata.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if not isinstance(ref, dict) or ref.get("controller") is not True:
+            continue
+        if ref.get("kind") == RUN_KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
+            return str(ref.get("uid", "")), str(ref.get("name", ""))
+        return "", ""
+    return "", ""

@@ -1,0 +1,547 @@
+"""supervise(): given a Run, its step Jobs, their heartbeats and the time, what to do now.
+
+The supervisor half of Scheduler-Agent-Supervisor (issue 17), a pure function like decide(). A
+Run's status is the durable state: per step, a phase and the current attempt, which is that
+step's fencing token. Every change of the current attempt (a claim) is a status write
+conditional on the Run's resourceVersion, and the step Job of an attempt is created only after
+the write that claimed it succeeded: two supervisors can never both claim an attempt, and the
+Job's name, a function of (run, step, attempt), makes a repeated creation collide. Only the Job of
+the current attempt counts: a stale attempt's result, or its heartbeat (on its own Lease), never
+does. A finished step is never started again.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronlease.conditions import set_condition
+from cronlease.jobinfo import NOT_RETRYABLE, JobState
+from cronlease.naming import format_time, parse_time
+from cronlease.spec import RetryPolicy, SpecError
+from cronlease.steps import OnFailure, Step, Steps, steps_of_run
+
+# status.recoveryLog keeps this many entries (the newest); each is also an Event.
+RECOVERY_LOG = 20
+MESSAGE_LIMIT = 256
+
+
+class StepPhase(enum.StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RETRYING = "Retrying"  # an attempt failed; the next starts after the backoff
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"  # past its attempts, or not retryable
+    CANCELLED = "Cancelled"  # stopped because another step failed
+    SKIPPED = "Skipped"  # never started because another step failed
+
+
+class RunPhase(enum.StrEnum):
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"  # onFailure: Stop
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"
+
+
+FINISHED_RUN = frozenset(
+    {RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.COMPENSATED, RunPhase.COMPENSATION_FAILED}
+)
+LIVE_STEP = frozenset({StepPhase.RUNNING, StepPhase.RETRYING})
+
+
+class Action(enum.StrEnum):
+    """What a step Job does: the step's work, or the undoing of it."""
+
+    RUN = "run"
+    COMPENSATE = "compensate"
+
+
+class Escalation(enum.StrEnum):
+    RETRIES_EXHAUSTED = "RetriesExhausted"
+    NOT_RETRYABLE = "NotRetryable"
+    HEARTBEAT_LOST = "HeartbeatLost"
+    COMPENSATION_FAILED = "CompensationFailed"
+    INVALID_RUN = "InvalidRun"
+
+
+HEARTBEAT_LOST = "HeartbeatLost"
+JOB_DELETED = "JobDeleted"
+
+
+@dataclass(frozen=True, slots=True)
+class StepJob:
+    """A step Job as the model keeps it (cronlease.stepjob reads it from the API object)."""
+
+    name: str
+    uid: str
+    run_uid: str  # its controller owner reference: the Run
+    step: str
+    action: Action
+    attempt: int
+    state: JobState
+    finished_at: datetime | None = None
+    failure_reason: str = ""
+    deleting: bool = False
+    held: bool = False
+    trusted: bool = True
+
+
+@dataclass(frozen=True)
+class RunView:
+    name: str
+    namespace: str
+    uid: str
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class StepJobPlan:
+    step: str
+    action: Action
+    attempt: int
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    step: str
+    attempt: int
+    action: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass
+class RunPlan:
+    status: dict[str, Any]
+    # Jobs of current attempts that do not exist yet: created after the status write.
+    creations: list[StepJobPlan] = field(default_factory=list)
+    # Running Jobs of abandoned attempts or cancelled steps: deleted in the foreground.
+    deletions: list[StepJob] = field(default_factory=list)
+    # Jobs whose attempt the persisted status has settled: their finalizer can go.
+    releases: list[StepJob] = field(default_factory=list)
+    log: list[LogEntry] = field(default_factory=list)
+    escalation: Escalation | None = None
+    wake_at: datetime | None = None
+
+
+def supervise(
+    run: RunView,
+    jobs: Sequence[StepJob],
+    heartbeats: Mapping[str, datetime | None],
+    now: datetime,
+) -> RunPlan:
+    """Plan what happens next to `run`. `jobs` are the step Jobs the model holds for it;
+    `heartbeats` the last renewal of each heartbeat Lease, by Lease (= attempt Job) name."""
+    ours = [job for job in jobs if job.run_uid == run.uid and job.trusted]
+    plan = RunPlan(status=copy.deepcopy(run.status))
+    plan.releases = _settled(run, ours)
+    if run.deleting:
+        return plan  # going: its Jobs go with it, and only need releasing
+    try:
+        steps = steps_of_run(run.spec)
+    except SpecError as error:
+        _invalid(plan, str(error), now)
+        return plan
+    status = plan.status
+    if status.get("phase") in FINISHED_RUN:
+        return plan
+    entries = _entries(status, steps)
+    supervisor = _Supervisor(steps, entries, ours, heartbeats, now, plan)
+    supervisor.observe()
+    supervisor.advance()
+    status["steps"] = [entries[step.name] for step in steps.steps]
+    status.setdefault("startedAt", format_time(now))
+    plan.creations = supervisor.missing_jobs()
+    return plan
+
+
+class _Supervisor:
+    def __init__(
+        self,
+        steps: Steps,
+        entries: dict[str, dict[str, Any]],
+        jobs: list[StepJob],
+        heartbeats: Mapping[str, datetime | None],
+        now: datetime,
+        plan: RunPlan,
+    ) -> None:
+        self.steps, self.entries, self.now, self.plan = steps, entries, now, plan
+        self.heartbeats = heartbeats
+        self.jobs = {(job.step, job.action, job.attempt): job for job in jobs}
+        self.all_jobs = jobs
+        self.status = plan.status
+
+    # Watching the current attempts
+
+    def observe(self) -> None:
+        """Take in what the current attempts' Jobs and heartbeats say."""
+        for step in self.steps.steps:
+            entry = self.entries[step.name]
+            if entry["phase"] == StepPhase.RUNNING:
+                self._observe(step, entry, Action.RUN, step.retry, step.heartbeat_seconds)
+            compensation = entry.get("compensation")
+            if compensation and compensation["phase"] == StepPhase.RUNNING and step.compensate:
+                self._observe(step, compensation, Action.COMPENSATE, step.compensate.retry, None)
+        self._ignore_stale_results()
+
+    def _observe(
+        self,
+        step: Step,
+        entry: dict[str, Any],
+        action: Action,
+        retry: RetryPolicy,
+        heartbeat: int | None,
+    ) -> None:
+        attempt = int(entry["attempt"])
+        job = self.jobs.get((step.name, action, attempt))
+        if job is None:
+            return  # claimed, not created yet (or the creation was lost): missing_jobs()
+        if job.state is JobState.SUCCEEDED:
+            entry.update(phase=StepPhase.SUCCEEDED, finishedAt=format_time(self._end(job)))
+            entry.pop("reason", None)
+            if action is Action.RUN:
+                entry["order"] = 1 + max(int(e.get("order", 0)) for e in self.entries.values())
+            return
+        if job.state is JobState.FAILED:
+            retryable = job.failure_reason != NOT_RETRYABLE
+            self._failed(step, entry, action, retry, job.failure_reason or "Failed", retryable)
+            return
+        if job.deleting:  # deleted by someone else while it ran: this attempt is lost
+            self._failed(step, entry, action, retry, JOB_DELETED, True)
+            return
+        if heartbeat is None:
+            return
+        started = parse_time(entry.get("startedAt")) or self.now
+        renewed = self.heartbeats.get(job.name)
+        last = max(renewed, started) if renewed else started
+        deadline = last + timedelta(seconds=heartbeat)
+        if self.now <= deadline:
+            self._wake(deadline)
+            return
+        self.plan.deletions.append(job)
+        # Abandoned while it ran: whatever it reports later is stale (_ignore_stale_results).
+        entry["abandoned"] = [*entry.get("abandoned", []), attempt]
+        self._failed(
+            step,
+            entry,
+            action,
+            retry,
+            HEARTBEAT_LOST,
+            True,
+            f"no heartbeat since {format_time(last)} (timeout {heartbeat} s)",
+        )
+
+    def _failed(
+        self,
+        step: Step,
+        entry: dict[str, Any],
+        action: Action,
+        retry: RetryPolicy,
+        reason: str,
+        retryable: bool,
+        detail: str = "",
+    ) -> None:
+        attempt = int(entry["attempt"])
+        what = "compensation" if action is Action.COMPENSATE else "step"
+        message = f"{what} {step.name} attempt {attempt} failed ({reason})" + (
+            f": {detail}" if detail else ""
+        )
+        entry.update(reason=reason, message=message[:MESSAGE_LIMIT])
+        if retryable and attempt < retry.max_attempts:
+            retry_at = self.now + timedelta(seconds=retry.delay(attempt))
+            entry.update(phase=StepPhase.RETRYING, retryAt=format_time(retry_at))
+            self._log(step.name, attempt, "WillRestart", reason, message, warning=True)
+            return
+        entry.update(phase=StepPhase.FAILED, finishedAt=format_time(self.now))
+        why = "not retryable" if not retryable else f"after {attempt} attempt(s)"
+        self._log(step.name, attempt, "GaveUp", reason, f"{message}; {why}", warning=True)
+
+    def _ignore_stale_results(self) -> None:
+        """A result of an attempt that is no longer current never counts: said once."""
+        logged = {
+            (e.get("step"), e.get("attempt"))
+            for e in self.status.get("recoveryLog") or []
+            if isinstance(e, dict) and e.get("action") == "IgnoredStaleResult"
+        }
+        for job in self.all_jobs:
+            entry = self.entries.get(job.step)
+            if entry is None or job.state is JobState.ACTIVE:
+                continue
+            if job.action is Action.COMPENSATE or (job.step, job.attempt) in logged:
+                continue  # compensation attempts are never abandoned while running
+            current = entry
+            if job.attempt not in current.get("abandoned", []):
+                continue  # its result was counted when it came, while it was current
+            self._log(
+                job.step,
+                job.attempt,
+                "IgnoredStaleResult",
+                job.state.value,
+                f"step {job.step} attempt {job.attempt} ended {job.state.value} after attempt "
+                f"{current.get('attempt')} replaced it: not counted",
+            )
+
+    # Moving on
+
+    def advance(self) -> None:
+        """Start the next attempts and steps, or fail, compensate and finish the run."""
+        for step in self.steps.steps:
+            entry = self.entries[step.name]
+            self._retry_when_due(step, entry, Action.RUN)
+            compensation = entry.get("compensation")
+            if compensation:
+                self._retry_when_due(step, compensation, Action.COMPENSATE)
+        failed = [s for s in self.steps.steps if self.entries[s.name]["phase"] == StepPhase.FAILED]
+        phase = self.status.get("phase")
+        if failed and phase not in (RunPhase.COMPENSATING, RunPhase.FAILED):
+            self._fail_run(failed[0])
+        if self.status.get("phase") == RunPhase.COMPENSATING:
+            self._compensate()
+            return
+        if self.status.get("phase") == RunPhase.FAILED:
+            self._finish(RunPhase.FAILED)
+            return
+        if all(self.entries[s.name]["phase"] == StepPhase.SUCCEEDED for s in self.steps.steps):
+            self._finish(RunPhase.SUCCEEDED)
+            return
+        self.status["phase"] = RunPhase.RUNNING.value
+        for step in self.steps.steps:
+            entry = self.entries[step.name]
+            ready = all(
+                self.entries[other]["phase"] == StepPhase.SUCCEEDED for other in step.depends_on
+            )
+            if entry["phase"] == StepPhase.PENDING and ready:
+                self._claim(step, entry, Action.RUN, 1, "Started", "")
+
+    def _retry_when_due(self, step: Step, entry: dict[str, Any], action: Action) -> None:
+        if entry["phase"] != StepPhase.RETRYING:
+            return
+        due = parse_time(entry.get("retryAt")) or self.now
+        if due > self.now:
+            self._wake(due)
+            return
+        reason = str(entry.get("reason", ""))
+        self._claim(step, entry, action, int(entry["attempt"]) + 1, "Restarted", reason)
+
+    def _claim(
+        self, step: Step, entry: dict[str, Any], action: Action, attempt: int, log: str, why: str
+    ) -> None:
+        """Attempt `attempt` becomes the current one (the fence): the status write claims it."""
+        entry.update(
+            phase=StepPhase.RUNNING.value, attempt=attempt, startedAt=format_time(self.now)
+        )
+        for stale in ("retryAt", "finishedAt", "message", "reason"):
+            entry.pop(stale, None)
+        if log == "Restarted":
+            what = "compensation of" if action is Action.COMPENSATE else "step"
+            self._log(
+                step.name, attempt, log, why, f"{what} {step.name} restarted as attempt {attempt}"
+            )
+
+    def _fail_run(self, failed: Step) -> None:
+        entry = self.entries[failed.name]
+        reason = str(entry.get("reason", ""))
+        escalation = (
+            Escalation.HEARTBEAT_LOST
+            if reason == HEARTBEAT_LOST
+            else Escalation.NOT_RETRYABLE
+            if reason == NOT_RETRYABLE
+            else Escalation.RETRIES_EXHAUSTED
+        )
+        for step in self.steps.steps:  # stop the others
+            other = self.entries[step.name]
+            if other["phase"] == StepPhase.PENDING:
+                other["phase"] = StepPhase.SKIPPED.value
+            elif other["phase"] in LIVE_STEP:
+                other.update(phase=StepPhase.CANCELLED.value, finishedAt=format_time(self.now))
+                job = self.jobs.get((step.name, Action.RUN, int(other["attempt"])))
+                if job is not None and job.state is JobState.ACTIVE and not job.deleting:
+                    self.plan.deletions.append(job)
+                self._log(
+                    step.name,
+                    int(other["attempt"]),
+                    "Cancelled",
+                    failed.name,
+                    f"step {step.name} stopped: step {failed.name} failed",
+                )
+        compensate = self.steps.on_failure is OnFailure.COMPENSATE
+        self.status["phase"] = (RunPhase.COMPENSATING if compensate else RunPhase.FAILED).value
+        message = f"step {failed.name} failed ({reason}); " + (
+            "compensating the finished steps" if compensate else "onFailure is Stop"
+        )
+        self._escalate(escalation, message)
+
+    def _compensate(self) -> None:
+        """Undo the succeeded steps, newest first, one at a time."""
+        done = sorted(
+            (s for s in self.steps.steps if self.entries[s.name]["phase"] == StepPhase.SUCCEEDED),
+            key=lambda s: -int(self.entries[s.name].get("order", 0)),
+        )
+        for step in done:
+            if step.compensate is None:
+                continue
+            entry = self.entries[step.name]
+            compensation = entry.setdefault("compensation", {"phase": StepPhase.PENDING.value})
+            phase = compensation["phase"]
+            if phase == StepPhase.SUCCEEDED:
+                continue
+            if phase == StepPhase.FAILED:
+                self._escalate(
+                    Escalation.COMPENSATION_FAILED,
+                    f"the compensation of step {step.name} failed; the run needs a human",
+                )
+                self._finish(RunPhase.COMPENSATION_FAILED)
+                return
+            if phase == StepPhase.PENDING:
+                compensation["attempt"] = 0
+                self._claim(step, compensation, Action.COMPENSATE, 1, "Compensating", "")
+                self._log(step.name, 1, "Compensating", "", f"compensating step {step.name}")
+            return  # one at a time
+        set_condition(
+            self._conditions(),
+            "Compensated",
+            "True",
+            "Compensated",
+            "every finished step was compensated",
+            0,
+            self.now,
+        )
+        self._finish(RunPhase.COMPENSATED)
+
+    def _finish(self, phase: RunPhase) -> None:
+        self.status.update(phase=phase.value, finishedAt=format_time(self.now))
+        succeeded = phase is RunPhase.SUCCEEDED
+        set_condition(
+            self._conditions(),
+            "Succeeded",
+            "True" if succeeded else "False",
+            phase.value,
+            "every step succeeded" if succeeded else f"the run ended {phase.value}",
+            0,
+            self.now,
+        )
+
+    def _escalate(self, escalation: Escalation, message: str) -> None:
+        conditions = self._conditions()
+        set_condition(conditions, "Escalated", "True", escalation.value, message, 0, self.now)
+        self.plan.escalation = escalation
+        self._log("", 0, "Escalated", escalation.value, message, warning=True)
+
+    def _conditions(self) -> list[dict[str, Any]]:
+        conditions = self.status.get("conditions")
+        if not isinstance(conditions, list):
+            conditions = self.status["conditions"] = []
+        return conditions
+
+    # What the shell does after the status write
+
+    def missing_jobs(self) -> list[StepJobPlan]:
+        """The current attempts whose Job does not exist: created after the status write."""
+        missing = []
+        for step in self.steps.steps:
+            entry = self.entries[step.name]
+            for action, current in (
+                (Action.RUN, entry),
+                (Action.COMPENSATE, entry.get("compensation")),
+            ):
+                if not current or current.get("phase") != StepPhase.RUNNING:
+                    continue
+                attempt = int(current["attempt"])
+                if (step.name, action, attempt) not in self.jobs:
+                    missing.append(StepJobPlan(step.name, action, attempt))
+        return missing
+
+    def _log(
+        self, step: str, attempt: int, action: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        entry = LogEntry(step, attempt, action, reason, message[:MESSAGE_LIMIT], warning)
+        self.plan.log.append(entry)
+        log = [e for e in self.status.get("recoveryLog") or [] if isinstance(e, dict)]
+        log.append(
+            {
+                "time": format_time(self.now),
+                **({"step": step} if step else {}),
+                **({"attempt": attempt} if attempt else {}),
+                "action": action,
+                **({"reason": reason} if reason else {}),
+                "message": entry.message,
+            }
+        )
+        self.status["recoveryLog"] = log[-RECOVERY_LOG:]
+
+    def _wake(self, instant: datetime) -> None:
+        wake = self.plan.wake_at
+        self.plan.wake_at = instant if wake is None else min(wake, instant)
+
+    def _end(self, job: StepJob) -> datetime:
+        return job.finished_at or self.now
+
+
+def _entries(status: dict[str, Any], steps: Steps) -> dict[str, dict[str, Any]]:
+    """status.steps by name, one per step of the snapshot; an entry someone else mangled reads
+    as the step not started (its Jobs, named by attempt, still collide)."""
+    found = {
+        e["name"]: dict(e)
+        for e in status.get("steps") or []
+        if isinstance(e, dict) and isinstance(e.get("name"), str)
+    }
+    entries = {}
+    for step in steps.steps:
+        entry = found.get(step.name) or {}
+        phase = entry.get("phase")
+        attempt = entry.get("attempt")
+        if phase not in set(StepPhase) or not isinstance(attempt, int) or attempt < 0:
+            entry = {"name": step.name, "phase": StepPhase.PENDING.value, "attempt": 0}
+        entries[step.name] = entry
+    return entries
+
+
+def _settled(run: RunView, jobs: list[StepJob]) -> list[StepJob]:
+    """Held Jobs whose attempt the persisted status no longer runs: released (a Job of the
+    current attempt stays held, so nobody's deletion can make it vanish unrecorded)."""
+    if run.deleting or run.status.get("phase") in FINISHED_RUN:
+        return [job for job in jobs if job.held]
+    current: dict[tuple[str, Action], tuple[int, bool]] = {}
+    for entry in run.status.get("steps") or []:
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("name")
+        for action, part in ((Action.RUN, entry), (Action.COMPENSATE, entry.get("compensation"))):
+            if isinstance(part, dict) and isinstance(part.get("attempt"), int):
+                current[(str(name), action)] = (
+                    part["attempt"],
+                    part.get("phase") == StepPhase.RUNNING,
+                )
+    settled = []
+    for job in jobs:
+        if not job.held:
+            continue
+        attempt, running = current.get((job.step, job.action), (0, False))
+        if job.attempt < attempt or (job.attempt == attempt and not running):
+            settled.append(job)
+    return settled
+
+
+def _parts(entry: dict[str, Any]) -> tuple[tuple[Action, Any], ...]:
+    """A step's two kinds of attempts: its own, and its compensation's."""
+    return ((Action.RUN, entry), (Action.COMPENSATE, entry.get("compensation")))
+
+
+def _invalid(plan: RunPlan, message: str, now: datetime) -> None:
+    status = plan.status
+    if status.get("phase") in FINISHED_RUN:
+        return
+    status.update(phase=RunPhase.FAILED.value, finishedAt=format_time(now))
+    conditions = status.setdefault("conditions", [])
+    set_condition(conditions, "Escalated", "True", Escalation.INVALID_RUN.value, message, 0, now)
+    plan.escalation = Escalation.INVALID_RUN
+    plan.log.append(LogEntry("", 0, "Escalated", Escalation.INVALID_RUN.value, message, True))

@@ -1,0 +1,340 @@
+"""supervise(), table by table (issue 17): the pure supervisor of multi-step Runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cronlease.jobinfo import JobState
+from cronlease.spec import RetryPolicy, SpecError, parse_spec
+from cronlease.steps import Compensation, OnFailure, Step, Steps, snapshot
+from cronlease.supervision import (
+    Action,
+    Escalation,
+    RunPlan,
+    RunView,
+    StepJob,
+    StepJobPlan,
+    supervise,
+)
+
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+TEMPLATE = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+TWICE = RetryPolicy(max_attempts=2, initial_seconds=5, factor=1)
+
+
+def bank_close(
+    on_failure: OnFailure = OnFailure.COMPENSATE,
+    retry: RetryPolicy = TWICE,
+    heartbeat: int | None = None,
+) -> Steps:
+    undo = Compensation(TEMPLATE, RetryPolicy(max_attempts=1))
+    return Steps(
+        (
+            Step("snapshot", TEMPLATE, compensate=undo),
+            Step("interest", TEMPLATE, ("snapshot",), retry, heartbeat_seconds=heartbeat),
+            Step("publish", TEMPLATE, ("interest",)),
+        ),
+        on_failure,
+    )
+
+
+def view(steps: Steps, status: dict[str, Any] | None = None, deleting: bool = False) -> RunView:
+    return RunView("close-1", "bank", "run-uid", snapshot(steps), status or {}, deleting)
+
+
+def job(
+    step: str,
+    attempt: int = 1,
+    state: JobState = JobState.ACTIVE,
+    action: Action = Action.RUN,
+    **fields: Any,
+) -> StepJob:
+    return StepJob(
+        name=f"{step}-{action.value}-{attempt}",
+        uid=f"uid-{step}-{action.value}-{attempt}",
+        run_uid=fields.pop("run_uid", "run-uid"),
+        step=step,
+        action=action,
+        attempt=attempt,
+        state=state,
+        finished_at=fields.pop("finished_at", T0 if state is not JobState.ACTIVE else None),
+        **fields,
+    )
+
+
+def phases(plan: RunPlan) -> dict[str, tuple[str, int]]:
+    return {e["name"]: (e["phase"], e["attempt"]) for e in plan.status["steps"]}
+
+
+def run_through(
+    steps: Steps, jobs: list[StepJob], now: datetime, status: dict[str, Any] | None = None
+) -> RunPlan:
+    return supervise(view(steps, status), jobs, {}, now)
+
+
+def test_a_new_run_claims_its_first_steps_and_creates_their_jobs_after() -> None:
+    plan = run_through(bank_close(), [], T0)
+    assert phases(plan) == {
+        "snapshot": ("Running", 1),
+        "interest": ("Pending", 0),
+        "publish": ("Pending", 0),
+    }
+    assert plan.status["phase"] == "Running"
+    assert plan.creations == [StepJobPlan("snapshot", Action.RUN, 1)]
+
+
+def test_a_step_starts_once_the_steps_it_depends_on_succeeded() -> None:
+    first = run_through(bank_close(), [], T0)
+    plan = run_through(bank_close(), [job("snapshot", state=JobState.SUCCEEDED)], T0, first.status)
+    assert phases(plan)["snapshot"] == ("Succeeded", 1)
+    assert phases(plan)["interest"] == ("Running", 1)
+    assert plan.creations == [StepJobPlan("interest", Action.RUN, 1)]
+
+
+def test_a_claimed_attempt_whose_job_was_never_created_is_created_not_claimed_again() -> None:
+    """A crash between the claim (status) and the creation: the same attempt's Job, by name."""
+    claimed = run_through(bank_close(), [], T0).status
+    plan = run_through(bank_close(), [], T0 + timedelta(minutes=5), claimed)
+    assert phases(plan)["snapshot"] == ("Running", 1)
+    assert plan.creations == [StepJobPlan("snapshot", Action.RUN, 1)]
+
+
+def status_at(steps: Steps, *entries: tuple[str, str, int], **extra: Any) -> dict[str, Any]:
+    by_name = {name: (phase, attempt) for name, phase, attempt in entries}
+    return {
+        "phase": "Running",
+        "steps": [
+            {
+                "name": step.name,
+                "phase": by_name.get(step.name, ("Pending", 0))[0],
+                "attempt": by_name.get(step.name, ("Pending", 0))[1],
+                "startedAt": "2026-12-01T02:00:00Z",
+                **({"order": 1} if by_name.get(step.name, ("",))[0] == "Succeeded" else {}),
+            }
+            for step in steps.steps
+        ],
+        **extra,
+    }
+
+
+def test_a_failed_attempt_is_retried_after_its_backoff_as_the_next_attempt() -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    failed = [job("snapshot", state=JobState.SUCCEEDED), job("interest", state=JobState.FAILED)]
+    plan = run_through(steps, failed, T0, status)
+    assert phases(plan)["interest"] == ("Retrying", 1)
+    assert plan.creations == []
+    assert plan.wake_at == T0 + timedelta(seconds=5)
+    later = run_through(steps, failed, T0 + timedelta(seconds=5), plan.status)
+    assert phases(later)["interest"] == ("Running", 2)
+    assert later.creations == [StepJobPlan("interest", Action.RUN, 2)]
+    assert phases(later)["snapshot"] == ("Succeeded", 1)  # a finished step is never redone
+
+
+def test_a_silent_heartbeat_abandons_the_attempt_and_its_late_result_never_counts() -> None:
+    steps = bank_close(heartbeat=30)
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    running = [job("snapshot", state=JobState.SUCCEEDED), job("interest")]
+    renewed = {"interest-run-1": T0 + timedelta(seconds=10)}
+    quiet = supervise(view(steps, status), running, renewed, T0 + timedelta(seconds=40))
+    assert phases(quiet)["interest"] == ("Running", 1)
+    assert quiet.wake_at == T0 + timedelta(seconds=40)  # renewal + timeout
+    lost = supervise(view(steps, status), running, renewed, T0 + timedelta(seconds=41))
+    assert phases(lost)["interest"] == ("Retrying", 1)
+    assert [j.name for j in lost.deletions] == ["interest-run-1"]
+    restarted = run_through(steps, running, T0 + timedelta(seconds=46), lost.status)
+    assert phases(restarted)["interest"] == ("Running", 2)
+    # Attempt 1's pod finishes after all: not counted, said once.
+    late = [*running[:1], job("interest", state=JobState.SUCCEEDED), job("interest", 2)]
+    plan = run_through(steps, late, T0 + timedelta(seconds=50), restarted.status)
+    assert phases(plan)["interest"] == ("Running", 2)
+    assert [e.action for e in plan.log] == ["IgnoredStaleResult"]
+    again = run_through(steps, late, T0 + timedelta(seconds=51), plan.status)
+    assert again.log == []
+    # ...and its heartbeat neither: only the current attempt's Lease is read.
+    stale_beat = {"interest-run-1": T0 + timedelta(seconds=100)}
+    silent = supervise(view(steps, plan.status), late, stale_beat, T0 + timedelta(seconds=90))
+    assert (
+        phases(silent)["interest"] == ("Retrying", 2) or phases(silent)["interest"][0] == "Failed"
+    )
+
+
+def test_a_job_deleted_by_someone_else_fails_its_attempt() -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Running", 1))
+    plan = run_through(steps, [job("snapshot", deleting=True)], T0, status)
+    entry = plan.status["steps"][0]
+    assert (entry["phase"], entry["reason"]) == ("Failed", "JobDeleted")  # snapshot: one attempt
+
+
+def test_a_step_past_its_attempts_stops_the_others_and_compensates_newest_first() -> None:
+    steps = Steps(
+        (
+            Step("a", TEMPLATE, compensate=Compensation(TEMPLATE, RetryPolicy(max_attempts=1))),
+            Step("b", TEMPLATE, compensate=Compensation(TEMPLATE, RetryPolicy(max_attempts=1))),
+            Step("c", TEMPLATE, ("a", "b")),
+            Step("slow", TEMPLATE),
+        )
+    )
+    status = status_at(steps, ("a", "Succeeded", 1), ("b", "Succeeded", 1), ("c", "Running", 1))
+    status["steps"][1]["order"] = 2  # b finished after a
+    status["steps"][3].update(phase="Running", attempt=1)
+    jobs = [
+        job("a", state=JobState.SUCCEEDED),
+        job("b", state=JobState.SUCCEEDED),
+        job("c", state=JobState.FAILED),
+        job("slow"),
+    ]
+    plan = run_through(steps, jobs, T0, status)
+    assert plan.status["phase"] == "Compensating"
+    assert plan.escalation is Escalation.RETRIES_EXHAUSTED
+    assert phases(plan)["slow"] == ("Cancelled", 1)
+    assert [j.name for j in plan.deletions] == ["slow-run-1"]
+    assert plan.creations == [StepJobPlan("b", Action.COMPENSATE, 1)]  # the newest first
+    undone_b = [*jobs, job("b", state=JobState.SUCCEEDED, action=Action.COMPENSATE)]
+    plan = run_through(steps, undone_b, T0, plan.status)
+    assert plan.creations == [StepJobPlan("a", Action.COMPENSATE, 1)]  # then the older one
+    undone = [*undone_b, job("a", state=JobState.SUCCEEDED, action=Action.COMPENSATE)]
+    plan = run_through(steps, undone, T0, plan.status)
+    assert plan.status["phase"] == "Compensated"
+    types = {c["type"]: (c["status"], c["reason"]) for c in plan.status["conditions"]}
+    assert types == {
+        "Escalated": ("True", "RetriesExhausted"),
+        "Compensated": ("True", "Compensated"),
+        "Succeeded": ("False", "Compensated"),
+    }
+    assert plan.creations == []
+
+
+def test_a_compensation_that_fails_ends_the_run_compensation_failed() -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Failed", 2))
+    status["phase"] = "Compensating"
+    status["steps"][0]["compensation"] = {"phase": "Running", "attempt": 1}
+    jobs = [job("snapshot", state=JobState.FAILED, action=Action.COMPENSATE)]
+    plan = run_through(steps, jobs, T0, status)
+    assert plan.status["phase"] == "CompensationFailed"
+    assert plan.escalation is Escalation.COMPENSATION_FAILED
+
+
+@pytest.mark.parametrize(
+    ("reason", "on_failure", "phase", "escalation"),
+    [
+        ("PodFailurePolicy", OnFailure.COMPENSATE, "Compensating", Escalation.NOT_RETRYABLE),
+        ("BackoffLimitExceeded", OnFailure.STOP, "Retrying", None),
+        ("PodFailurePolicy", OnFailure.STOP, "Failed", Escalation.NOT_RETRYABLE),
+    ],
+)
+def test_failures_the_job_marks_not_retryable_are_not_retried(
+    reason: str, on_failure: OnFailure, phase: str, escalation: Escalation | None
+) -> None:
+    steps = bank_close(on_failure)
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    jobs = [job("snapshot", state=JobState.SUCCEEDED), job("interest", state=JobState.FAILED)]
+    jobs[1] = job("interest", state=JobState.FAILED, failure_reason=reason)
+    plan = run_through(steps, jobs, T0, status)
+    run_phase = plan.status["phase"]
+    assert (phases(plan)["interest"][0] if phase == "Retrying" else run_phase) == phase
+    assert plan.escalation is escalation
+
+
+def test_the_bank_close_succeeds_when_every_step_did() -> None:
+    steps = bank_close()
+    status = status_at(
+        steps, ("snapshot", "Succeeded", 1), ("interest", "Succeeded", 1), ("publish", "Running", 1)
+    )
+    jobs = [job(name, state=JobState.SUCCEEDED) for name in ("snapshot", "interest", "publish")]
+    plan = run_through(steps, jobs, T0, status)
+    assert plan.status["phase"] == "Succeeded"
+    assert plan.escalation is None
+
+
+def test_only_jobs_of_settled_attempts_are_released() -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 2))
+    jobs = [
+        job("snapshot", state=JobState.SUCCEEDED, held=True),
+        job("interest", 1, state=JobState.FAILED, held=True),
+        job("interest", 2, held=True),
+    ]
+    plan = run_through(steps, jobs, T0, status)
+    assert sorted(j.name for j in plan.releases) == ["interest-run-1", "snapshot-run-1"]
+    gone = supervise(view(steps, status, deleting=True), jobs, {}, T0)
+    assert len(gone.releases) == 3
+    assert gone.status == status  # a Run being deleted is not written
+
+
+def test_jobs_the_leader_did_not_write_never_count() -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Running", 1))
+    forged = [
+        job("snapshot", state=JobState.SUCCEEDED, trusted=False),
+        job("snapshot", state=JobState.SUCCEEDED, run_uid="another-run"),
+    ]
+    plan = run_through(steps, forged, T0, status)
+    assert phases(plan)["snapshot"] == ("Running", 1)
+    assert plan.creations == [StepJobPlan("snapshot", Action.RUN, 1)]
+
+
+def test_a_mangled_status_entry_reads_as_a_step_not_started() -> None:
+    steps = bank_close()
+    status = {"phase": "Running", "steps": [{"name": "snapshot", "phase": "Dancing"}, "junk"]}
+    plan = run_through(steps, [], T0, status)
+    assert phases(plan)["snapshot"] == ("Running", 1)
+
+
+def test_a_run_whose_snapshot_is_unreadable_fails_once_and_escalates() -> None:
+    plan = supervise(RunView("r", "ns", "uid", {"steps": "nope"}, {}), [], {}, T0)
+    assert plan.status["phase"] == "Failed"
+    assert plan.escalation is Escalation.INVALID_RUN
+    again = supervise(RunView("r", "ns", "uid", {"steps": "nope"}, plan.status), [], {}, T0)
+    assert again.escalation is None
+
+
+def steps_spec(*steps: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"schedule": "0 2 * * *", "steps": list(steps), **spec}
+
+
+def a(name: str, *after: str) -> dict[str, Any]:
+    return {"name": name, "dependsOn": list(after), "jobTemplate": TEMPLATE}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (steps_spec(a("x", "y"), a("y", "x")), "spec.steps: dependsOn makes a cycle: x -> y -> x"),
+        (steps_spec(a("x", "x")), "spec.steps[0].dependsOn: a step cannot depend on itself"),
+        (steps_spec(a("x", "z")), "spec.steps[0].dependsOn: no step is named 'z'"),
+        (steps_spec(a("x"), a("x")), "spec.steps[1].name: 'x' is used twice"),
+        (steps_spec(*(a(f"s{i}") for i in range(21))), "spec.steps: must be a list of 1 to 20"),
+        (steps_spec(a("X")), "spec.steps[0].name: must be a lowercase DNS label"),
+        ({**steps_spec(a("x")), "jobTemplate": TEMPLATE}, "spec: set exactly one of jobTemplate"),
+        ({**steps_spec(a("x")), "deadLetter": {}}, "spec.deadLetter: not with steps"),
+        (
+            {"schedule": "0 2 * * *", "jobTemplate": TEMPLATE, "onFailure": "Stop"},
+            "spec.onFailure: only with spec.steps",
+        ),
+        (steps_spec(a("x"), onFailure="Retry"), "spec.onFailure: must be Compensate or Stop"),
+        (
+            steps_spec({**a("x"), "heartbeat": {"timeoutSeconds": 0}}),
+            "spec.steps[0].heartbeat.timeoutSeconds: must be an integer from 1",
+        ),
+    ],
+)
+def test_bad_steps_are_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec("close", spec)
+    assert str(refused.value).startswith(message), refused.value
+
+
+def test_the_spec_retry_is_each_steps_default_and_a_step_may_override_it() -> None:
+    spec = parse_spec(
+        "close",
+        steps_spec(a("x"), {**a("y"), "retry": {"maxAttempts": 4}}, retry={"maxAttempts": 3}),
+    )
+    assert spec.retry is None  # no run-level retries: steps retry themselves
+    assert spec.steps is not None
+    assert [step.retry.max_attempts for step in spec.steps.steps] == [3, 4]
