@@ -40,6 +40,12 @@ log = logging.getLogger("cronlease")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["heartbeat"]:  # a step pod's sidecar (cronlease.heartbeat), not the operator
+        from cronlease import heartbeat
+
+        heartbeat.main(argv[1:])
+        return
     args = parse_args(argv)
     configure_logging(args.log_format, args.verbose)
     asyncio.run(run(args))

@@ -6,6 +6,9 @@ Lease, or stops renewing it."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -236,3 +239,62 @@ def test_a_compensation_that_fails_ends_compensation_failed_and_escalates(
     escalated = next(c for c in status["conditions"] if c["type"] == "Escalated")
     assert escalated["reason"] == "CompensationFailed"
     assert steps_of(run)["snapshot"]["compensation"]["phase"] == "Failed"
+
+
+def pod_of(kube: Kube, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    return wait_for(
+        lambda: next(iter(kube.items("pods", namespace, f"job-name={name}")), None),
+        30,
+        f"the pod of {name}",
+    )
+
+
+def test_the_heartbeat_sidecar_renews_its_own_attempts_lease_and_no_other_pod_can(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """`cronlease heartbeat` keeps a step alive past its heartbeat timeout, as the step's pod
+    (a token bound to it); another pod's renewal of that Lease is refused by the API server."""
+    kube.run("create", "serviceaccount", "stepper", "-n", namespace)
+    kube.run(
+        "create", "rolebinding", "stepper-heartbeat", "--clusterrole=cronlease-heartbeat",
+        f"--serviceaccount={namespace}:stepper", "-n", namespace,
+    )  # fmt: skip
+    interest = step("apply-interest", duration="20s", heartbeat={"timeoutSeconds": 8})
+    other = step("audit", duration="20s")
+    for each in (interest, other):
+        each["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] = "stepper"
+    kube.apply(bank_close(namespace, interest, other))
+    jobs = wait_for(
+        lambda: (found := step_jobs(kube, namespace)) and len(found) == 2 and found,
+        30,
+        "both steps' Jobs",
+    )
+    lease = jobs[("apply-interest", "run", 1)]["metadata"]["name"]
+    tokens = {}
+    for name in ("apply-interest", "audit"):
+        pod = pod_of(kube, namespace, jobs[(name, "run", 1)])
+        tokens[name] = kube.run(
+            "create", "token", "stepper", "-n", namespace, "--bound-object-kind=Pod",
+            f"--bound-object-name={pod['metadata']['name']}",
+            f"--bound-object-uid={pod['metadata']['uid']}",
+        ).stdout.strip()  # fmt: skip
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    refused = kube.as_token(tokens["audit"]).run(
+        "patch", "lease", lease, "-n", namespace, "--type=merge",
+        "-p", f'{{"spec":{{"renewTime":"{now}"}}}}', check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "may renew only its own attempt's Lease" in refused.stderr, refused.stderr
+    sidecar = kube.as_token(tokens["apply-interest"])
+    renewer = subprocess.Popen(
+        [sys.executable, "-m", "cronlease", "heartbeat", "--lease", lease, "-n", namespace],
+        env={**os.environ, "KUBECONFIG": str(sidecar.kubeconfig)},
+    )
+    try:
+        run = finished_run(kube, namespace, 90)
+    finally:
+        renewer.terminate()
+        renewer.wait(10)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert steps_of(run)["apply-interest"]["attempt"] == 1  # renewed past its 8 s timeout

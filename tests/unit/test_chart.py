@@ -221,6 +221,7 @@ def test_fence_is_bound_to_the_watched_namespaces_only() -> None:
     assert sorted(doc["metadata"]["name"] for doc in bindings) == [
         "cronlease-fencing",
         "cronlease-fencing-writer",
+        "cronlease-heartbeat",
     ]
     for binding in bindings:
         assert binding["spec"]["matchResources"] == {
@@ -235,7 +236,7 @@ def test_fence_is_bound_to_the_watched_namespaces_only() -> None:
             }
         }
     clusterwide = fence(documents(render()))
-    assert len(clusterwide) == 4
+    assert len(clusterwide) == 6
     assert all("matchResources" not in doc["spec"] for doc in clusterwide.values())
 
 
