@@ -77,7 +77,7 @@ class Supervisor:
             self._failures.pop(key, None)
         except NotLeading:
             self._rerun.add(key)  # decided again if leadership comes back
-        except _Stale:
+        except StaleRun:
             self._rerun.add(key)
         except (RetryLater, ApiError, TransportError) as error:
             self._back_off(key, str(error))
@@ -144,7 +144,7 @@ class Supervisor:
         except ApiError as error:
             if error.status == 409:  # decided on a stale copy: read it, decide again
                 self.store.upsert_run(await self.api.get_run(ref.namespace, ref.name))
-                raise _Stale() from error
+                raise StaleRun() from error
             raise
         self.store.upsert_run(updated)
         self.applier.runs.upsert_job(updated)
@@ -227,7 +227,7 @@ class Supervisor:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-class _Stale(Exception):
+class StaleRun(Exception):
     """The Run changed since it was read: supervised again at once."""
 
 

@@ -49,7 +49,10 @@ FENCED = {
     ("batch/v1", "jobs"),
     ("cronlease.io/v1alpha1", "scheduledjobs"),
     ("cronlease.io/v1alpha1", "runrequests"),
+    ("cronlease.io/v1alpha1", "runs"),
 }
+# What the policy reads on a creation (the object's annotations), for these; else the status.
+CREATED_FENCED = {("batch/v1", "jobs"), ("cronlease.io/v1alpha1", "runs")}
 
 
 class ResponseLost(TransportError):
@@ -349,7 +352,7 @@ class FakeApiServer:
         if method == "GET":
             return self._list(resource, namespace, params)
         if method == "POST":
-            self._check_fence(resource, body)
+            self._check_fence(resource, body, creating=True)
             if dry_run:
                 return body  # type: ignore[no-any-return]
             return self._create(resource, namespace, body)
@@ -362,7 +365,8 @@ class FakeApiServer:
                 raise _status(409, "Conflict", "Precondition failed: UID in precondition")
             self._delete(key)
             return {"kind": "Status", "status": "Success"}
-        expected = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        metadata = (body.get("metadata") if isinstance(body, dict) else None) or {}
+        expected = metadata.get("resourceVersion")
         if expected and expected != current["metadata"]["resourceVersion"]:
             raise _status(409, "Conflict", "the object has been modified; please apply again")
         if method == "PUT":
@@ -373,6 +377,8 @@ class FakeApiServer:
                 "status": merge_patch(current.get("status") or {}, body["status"]),
             }
             self._check_fence(resource, updated)  # the policy sees the object as it would be
+        elif method == "PATCH" and content_type == "application/json-patch+json":
+            updated = _json_patch(current, body)
         elif method == "PATCH":
             wanted_uid = ((body or {}).get("metadata") or {}).get("uid")
             if wanted_uid and wanted_uid != current["metadata"]["uid"]:
@@ -465,13 +471,20 @@ class FakeApiServer:
             if line is not None:
                 watch.queue.put_nowait(line)
 
-    def _check_fence(self, resource: tuple[str, str], obj: dict[str, Any]) -> None:
-        """The fencing policy: a labelled Job's annotations, or a status's leader and token,
-        must name the Lease's holder and leaseTransitions."""
+    def _check_fence(
+        self, resource: tuple[str, str], obj: dict[str, Any], creating: bool = False
+    ) -> None:
+        """The fencing policy: a labelled Job's or a Run's annotations at creation, or a
+        status's leader and token, must name the Lease's holder and leaseTransitions."""
         if self.fence is None or resource not in FENCED:
             return
-        if resource[1] == "jobs":
-            if LABEL_SCHEDULEDJOB not in (obj["metadata"].get("labels") or {}):
+        if creating and resource not in CREATED_FENCED:
+            return
+        if creating:
+            labels = obj["metadata"].get("labels") or {}
+            if resource[1] == "jobs" and not {LABEL_SCHEDULEDJOB, "cronlease.io/step"} & set(
+                labels
+            ):
                 return
             annotations = obj["metadata"].get("annotations") or {}
             writer = annotations.get(ANNOTATION_LEADER)
@@ -485,6 +498,32 @@ class FakeApiServer:
             spec.get("leaseTransitions", 0)
         ):
             raise _status(403, "Forbidden", f"{FENCING_MESSAGE} {writer}/{token} is not the leader")
+
+
+def _json_patch(current: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+    """A JSON patch of `test`, `remove` and `replace` operations; a failed test is a 422."""
+    updated = copy.deepcopy(current)
+    for operation in operations:
+        *parents, last = [part for part in operation["path"].split("/")[1:]]
+        node: Any = updated
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if node is None:
+                raise _status(422, "Invalid", f"no path {operation['path']}")
+        index: Any = int(last) if isinstance(node, list) else last
+        present = index < len(node) if isinstance(node, list) else index in node
+        if operation["op"] == "test":
+            if not present or node[index] != operation["value"]:
+                raise _status(422, "Invalid", f"test of {operation['path']} failed")
+        elif operation["op"] == "remove":
+            if not present:
+                raise _status(422, "Invalid", f"no path {operation['path']}")
+            del node[index]
+        elif operation["op"] == "replace":
+            node[index] = operation["value"]
+        else:
+            raise _status(422, "Invalid", f"unsupported op {operation['op']}")
+    return updated
 
 
 def _server_fields(current: dict[str, Any]) -> dict[str, Any]:
@@ -501,6 +540,7 @@ def _resource_of(obj: dict[str, Any]) -> tuple[str, str]:
         "Job": "jobs",
         "ScheduledJob": "scheduledjobs",
         "RunRequest": "runrequests",
+        "Run": "runs",
         "Lease": "leases",
         "Event": "events",
     }

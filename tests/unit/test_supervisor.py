@@ -1,0 +1,221 @@
+"""The supervisor shell on the fake API server (issue 17): a multi-step run from its slot to its
+end, through lost responses, stale copies, a deposed leader and a deleted Run."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from builders import NAMESPACE, job_template
+from shell import Shell
+
+from cronlease.applier import NotLeading
+from cronlease.kube import JOBS, LEASES, RUNS, TransportError
+from cronlease.leadership import ElectionConfig, LeaseElector
+from cronlease.model import Key
+from cronlease.naming import FINALIZER_SLOT_RECORD
+from cronlease.runstore import RunStore
+from cronlease.stepjob import LABEL_STEP
+from cronlease.supervisor import StaleRun, Supervisor
+from cronlease.wakeups import WakeupQueue
+
+STEPS = [
+    {"name": "snapshot", "jobTemplate": job_template()},
+    {
+        "name": "interest",
+        "dependsOn": ["snapshot"],
+        "jobTemplate": job_template(),
+        "heartbeat": {"timeoutSeconds": 30},
+        "retry": {"maxAttempts": 2, "backoff": {"initialSeconds": 0}},
+    },
+]
+
+
+class Steps:
+    """A Shell with the supervisor beside it, its store fed as the watches would feed it."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+        self.wakeups: WakeupQueue[Key] = WakeupQueue()
+        self.store = RunStore(self.wakeups.notify)
+        listed = asyncio.Event()
+        listed.set()
+        self.supervisor = Supervisor(
+            shell.api,
+            shell.leadership,
+            self.store,
+            shell.applier,
+            self.wakeups,
+            listed,
+            clock=lambda: shell.now,
+        )
+
+    def sync(self) -> None:
+        server = self.shell.server
+        for run in server.items(*RUNS, NAMESPACE):
+            self.store.upsert_run(run)
+            self.shell.applier.runs.upsert_job(run)
+        for job in server.items(*JOBS, NAMESPACE):
+            if LABEL_STEP in (job["metadata"].get("labels") or {}):
+                self.store.upsert_step_job(job)
+        for lease in server.items(*LEASES, NAMESPACE):
+            self.store.upsert_lease(lease)
+        for collection, resource in (("runs", RUNS), ("jobs", JOBS), ("leases", LEASES)):
+            listed = {(NAMESPACE, o["metadata"]["name"]) for o in server.items(*resource)}
+            self.store.forget_unlisted(collection, NAMESPACE, listed)
+
+    def run(self) -> dict[str, Any]:
+        runs = self.shell.server.items(*RUNS, NAMESPACE)
+        assert len(runs) == 1
+        return runs[0]
+
+    def key(self) -> Key:
+        return (NAMESPACE, self.run()["metadata"]["name"])
+
+    async def supervise(self) -> None:
+        self.sync()
+        await self.supervisor.supervise(self.key())
+        self.sync()
+
+    def step_jobs(self) -> dict[str, dict[str, Any]]:
+        return {
+            job["metadata"]["name"]: job
+            for job in self.shell.jobs()
+            if LABEL_STEP in (job["metadata"].get("labels") or {})
+        }
+
+    def finish(self, name: str, condition: str = "Complete") -> None:
+        stamp = self.shell.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.shell.server.edit(
+            *JOBS,
+            NAMESPACE,
+            name,
+            {"status": {"conditions": [{"type": condition, "status": "True",
+                                        "lastTransitionTime": stamp}]}},
+        )  # fmt: skip
+
+    def created_step_jobs(self) -> list[str]:
+        return [
+            name
+            for name in self.shell.created_jobs()
+            if name not in {"close-check"} and name.startswith("close-s")
+        ]
+
+
+async def started() -> Steps:
+    shell = Shell()
+    shell.create("close", steps=STEPS, jobTemplate=None)
+    await shell.apply("close")
+    return Steps(shell)
+
+
+def phases(run: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    return {e["name"]: (e["phase"], e["attempt"]) for e in run["status"]["steps"]}
+
+
+async def test_a_slot_runs_as_a_run_whose_steps_run_in_order_then_it_is_recorded() -> None:
+    steps = await started()
+    run = steps.run()
+    assert FINALIZER_SLOT_RECORD in run["metadata"]["finalizers"]
+    assert run["spec"]["steps"][1]["retry"]["maxAttempts"] == 2  # a snapshot, defaults filled
+    await steps.supervise()
+    assert phases(steps.run())["snapshot"] == ("Running", 1)
+    (first,) = steps.step_jobs()
+    assert steps.step_jobs()[first]["metadata"]["finalizers"] == [FINALIZER_SLOT_RECORD]
+    steps.finish(first)
+    await steps.supervise()
+    assert phases(steps.run()) == {"snapshot": ("Succeeded", 1), "interest": ("Running", 1)}
+    await steps.supervise()  # the settled attempt's Job is released
+    assert not steps.step_jobs()[first]["metadata"].get("finalizers")
+    second = next(name for name in steps.step_jobs() if name != first)
+    lease = steps.shell.server.get(*LEASES, NAMESPACE, second)
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == second  # the attempt's own Lease
+    steps.finish(second)
+    await steps.supervise()
+    assert steps.run()["status"]["phase"] == "Succeeded"
+    steps.shell.now += timedelta(seconds=1)
+    await steps.shell.apply("close")  # its ScheduledJob records the run as it would a Job
+    recent = steps.shell.status("close")["recentRuns"]
+    assert [(r.get("run") or r["job"], r["result"]) for r in recent] == [
+        (run["metadata"]["name"], "Succeeded")
+    ]
+    assert not steps.run()["metadata"].get("finalizers")
+
+
+async def test_a_lost_create_response_never_makes_a_second_job_for_an_attempt() -> None:
+    steps = await started()
+    steps.shell.server.lose("POST", "/jobs$")
+    with pytest.raises(TransportError):
+        await steps.supervise()
+    key = steps.key()
+    steps.store.forget_unlisted("jobs", NAMESPACE, set())  # its watch event is not in yet
+    await steps.supervisor.supervise(key)  # the claimed attempt's Job exists: adopted
+    assert len(steps.created_step_jobs()) == 1
+    assert len(steps.store.jobs_of(key)) == 1
+    assert phases(steps.run())["snapshot"] == ("Running", 1)
+
+
+async def test_a_heartbeat_that_stops_restarts_the_step_and_deletes_the_stale_attempt() -> None:
+    steps = await started()
+    await steps.supervise()
+    steps.finish(next(iter(steps.step_jobs())))
+    await steps.supervise()
+    steps.shell.now += timedelta(seconds=31)  # nobody renewed the Lease
+    await steps.supervise()
+    stale = [n for n, j in steps.step_jobs().items() if j["metadata"].get("deletionTimestamp")]
+    assert len(stale) == 1  # deleted in the foreground, held until its attempt is settled
+    await steps.supervise()
+    assert phases(steps.run())["interest"] == ("Running", 2)
+    assert len(steps.created_step_jobs()) == 3
+    assert stale[0] not in steps.step_jobs()  # released: the fake deletes it at once
+
+
+async def test_a_deposed_leader_claims_nothing() -> None:
+    """The API server refuses its claim (the fencing policy on runs/status): no attempt starts."""
+    shell = Shell()
+    elector = LeaseElector(shell.api, "leader-a", ElectionConfig("cronlease-system"), lambda: 0.0)
+    shell.server.fence = ("cronlease-system", "cronlease-leader")
+    await elector.tick()
+    shell.leadership = shell.applier.leadership = elector
+    shell.create("close", steps=STEPS, jobTemplate=None)
+    await shell.apply("close")
+    steps = Steps(shell)
+    shell.server.edit(
+        *LEASES,
+        "cronlease-system",
+        "cronlease-leader",
+        {"spec": {"holderIdentity": "leader-b", "leaseTransitions": 1}},
+    )
+    with pytest.raises(NotLeading):
+        await steps.supervise()
+    assert "steps" not in (steps.run().get("status") or {})
+    assert steps.created_step_jobs() == []
+    assert not elector.is_leading()
+
+
+async def test_the_step_jobs_of_a_deleted_run_are_released() -> None:
+    steps = await started()
+    await steps.supervise()
+    key = steps.key()
+    steps.shell.server.edit(*RUNS, NAMESPACE, key[1], {"metadata": {"finalizers": None}})
+    steps.shell.server.remove(*RUNS, NAMESPACE, key[1])
+    steps.sync()
+    await steps.supervisor.supervise(key)
+    assert all(not j["metadata"].get("finalizers") for j in steps.step_jobs().values())
+
+
+async def test_a_status_written_meanwhile_is_read_again_not_overwritten() -> None:
+    steps = await started()
+    steps.sync()
+    key = steps.key()
+    stale = steps.store.run(key)
+    assert stale is not None
+    steps.shell.server.edit(*RUNS, NAMESPACE, key[1], {"metadata": {"labels": {"x": "y"}}})
+    with pytest.raises(StaleRun):
+        await steps.supervisor.supervise(key)
+    await steps.supervise()
+    assert phases(steps.run())["snapshot"] == ("Running", 1)
+    assert len(steps.created_step_jobs()) == 1
