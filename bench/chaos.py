@@ -9,10 +9,12 @@ Lease GETs and PUTs, and some of its Job creates, for a while, so it loses the L
 while creates it sent as the leader are still on their way (the fence must refuse them). Killed
 replicas come back after two seconds, as a Deployment would bring them back.
 
-Against everything outside the spec all the time, not in rotation: a quarter of the
+Against everything outside the spec all the time, not in rotation: a fifth of the
 ScheduledJobs have `ttlSecondsAfterFinished: 0` (the TTL controller deletes each Job as soon as
-it finishes), another quarter keep no history (successful and failed limits 0), and a quarter
-have `spec.retry` with pods that fail chosen attempts (some runs succeed on attempt 2 or 3, some
+it finishes), another fifth keep no history (successful and failed limits 0), a fifth run
+multi-step Runs (snapshot, interest, publish; interest fails chosen attempts and has a
+heartbeat nobody renews, so a slow Job controller gets it restarted), and a fifth have
+`spec.retry` with pods that fail chosen attempts (some runs succeed on attempt 2 or 3, some
 are dead-lettered after 3, some fail with an exit code their podFailurePolicy calls final), so
 the faults above also hit runs between attempts; while user-deletes is on, the user also deletes
 failed attempts as their runs wait for the next, which must end those runs.
@@ -29,6 +31,9 @@ Every run's attempts are audited too (hack/chaos_runs.py): none twice, no gap, n
 maxAttempts, none lost, every run out of attempts a dead letter.
 Every request target too (hack/chaos_requests.py): one run per (request, index), every target
 of a Complete request run and counted, none started after a cancellation, none left held.
+Every step attempt of the multi-step Runs too (hack/chaos_steps.py): none made twice, no gap,
+none beyond maxAttempts, no step started again after its Run recorded it succeeded, no
+compensation of a step that never succeeded.
 The audit goes to bench/results/chaos-latest.md for people and chaos-latest.json for tests.
 
     make chaos                                   # 3 minutes
@@ -68,6 +73,8 @@ from chaos_runs import (
     verdict,
 )
 from chaos_runs import seen as first_sighting
+from chaos_steps import MUST_BE_ZERO as STEPS_MUST_BE_ZERO
+from chaos_steps import RunSeen, StepSeen, audit_steps, is_step_job, step_seen
 
 # The operator's API plumbing only (a client, a list-then-watch); what the audit expects, it
 # works out for itself.
@@ -75,6 +82,7 @@ from cronlease.kube import (
     JOBS,
     NAMESPACES,
     RUNREQUESTS,
+    RUNS,
     SCHEDULEDJOBS,
     KubeApi,
     connect,
@@ -107,10 +115,16 @@ FAULTS = [
     "user-deletes",
     "lease-latency",
 ]
-# ScheduledJob i belongs to POPULATIONS[i % 4]: the Jobs of "ttl-zero" are deleted by the TTL
+# ScheduledJob i belongs to POPULATIONS[i % 5]: the Jobs of "ttl-zero" are deleted by the TTL
 # controller once they finish, those of "history-zero" by the operator's history cleanup; those
-# of "retry" fail chosen attempts and are retried (RETRY).
-POPULATIONS = ("ttl-zero", "history-zero", "default", "retry")
+# of "retry" fail chosen attempts and are retried (RETRY); "steps" run each slot as a multi-step
+# Run (STEPS), whose middle step fails chosen attempts and has a heartbeat nobody renews.
+POPULATIONS = ("ttl-zero", "history-zero", "default", "retry", "steps")
+# The multi-step ScheduledJobs in turn: the middle step fails no attempt, attempt 1 (succeeds on
+# 2), or both (the run compensates its first step). Its heartbeat (no agent renews it) restarts
+# it whenever the Job controller is slow to finish it.
+STEP_VARIANTS: tuple[tuple[int, ...], ...] = ((), (1,), (1, 2))
+STEP_HEARTBEAT = 20
 # Up to 3 attempts, the second 1 s after the first fails, the third 2 s after the second: a run
 # that fails twice is over within a period.
 RETRY = {"maxAttempts": 3, "backoff": {"initialSeconds": 1, "factor": 2}}
@@ -204,6 +218,8 @@ class Observations:
     requests: dict[str, Request] = field(default_factory=dict)  # RunRequests, by uid
     requests_changed: asyncio.Event = field(default_factory=asyncio.Event)  # set on each event
     request_creates_failed: int = 0
+    runs: dict[str, RunSeen] = field(default_factory=dict)  # multi-step Runs, by uid
+    step_jobs: dict[str, StepSeen] = field(default_factory=dict)  # their step Jobs, by uid
 
     def requests_pending(self) -> int:
         """The requests neither deleted nor finished."""
@@ -223,6 +239,12 @@ class JobSightings:
 
     def listed_item(self, obj: dict[str, Any]) -> None:
         uid = obj["metadata"]["uid"]
+        if is_step_job(obj):  # a multi-step run's: audited by hack/chaos_steps.py
+            if (step := self.seen.step_jobs.get(uid)) is not None:
+                step.observe(obj)
+            else:
+                self.seen.step_jobs[uid] = step_seen(obj)
+            return
         if (known := self.seen.jobs.get(uid)) is not None:
             known.observe(obj, time.time())
         elif entry := first_sighting(obj, time.time()):
@@ -276,6 +298,29 @@ class JobSightings:
 
     def failed(self, error: Exception) -> None:
         pass  # the API server is being restarted: the list-then-watch tries again
+
+
+class RunSightings:
+    """Every multi-step Run in the namespace and its latest spec and status."""
+
+    def __init__(self, seen: Observations) -> None:
+        self.seen = seen
+
+    def listed_item(self, obj: dict[str, Any], deleted: bool = False) -> None:
+        metadata = obj["metadata"]
+        run = self.seen.runs.setdefault(metadata["uid"], RunSeen(metadata["uid"], metadata["name"]))
+        run.observe(obj, deleted)
+        if (entry := first_sighting(obj, time.time())) is not None:
+            run.sighting = run.sighting or entry
+
+    def listed(self, version: str) -> None:
+        pass
+
+    def changed(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.listed_item(obj, deleted=event_type == "DELETED")
+
+    def failed(self, error: Exception) -> None:
+        pass
 
 
 class RequestSightings:
@@ -539,11 +584,14 @@ def audit(
     listed_at: float,
     jobs: list[dict[str, Any]],
     seen: Observations,
+    step_runs: list[dict[str, Any]] = (),  # type: ignore[assignment]
 ) -> dict[str, Any]:
-    """`scheduledjobs` as listed at `listed_at`, after a quiet period; `jobs` as listed a few
-    seconds after them."""
+    """`scheduledjobs` as listed at `listed_at`, after a quiet period; `jobs` and the multi-step
+    `step_runs` as listed a few seconds after them."""
     by_slot: dict[tuple[str, float], set[str]] = {}
-    for uid, job in seen.jobs.items():
+    # A slot's run: its Job, or its Run (a multi-step ScheduledJob's), as first seen.
+    firsts = {**seen.jobs, **{uid: r.sighting for uid, r in seen.runs.items() if r.sighting}}
+    for uid, job in firsts.items():
         # A slot's Job; its retries carry the same slot, and so do a request's runs, which the
         # request audit accounts for.
         if job.attempt == 1 and not job.from_request:
@@ -596,7 +644,7 @@ def audit(
     # creation (a Job the auditor could not attribute counts here too).
     off_schedule = sum(
         1
-        for job in seen.jobs.values()
+        for job in firsts.values()
         if not job.from_request
         and (
             job.slot % PERIOD != 0
@@ -606,7 +654,13 @@ def audit(
     )
     # A recorded slot whose Job still holds the finalizer: its release was lost. With retries,
     # a run's attempts are held until it ends, and a dead letter until its retention.
-    held = 0
+    held = sum(  # a multi-step Run recorded by its ScheduledJob and still held
+        1
+        for listed in step_runs
+        if FINALIZER in (listed["metadata"].get("finalizers") or [])
+        and (entry := first_sighting(listed, time.time())) is not None
+        and entry.slot <= cursors.get(entry.scheduledjob, -math.inf)
+    )
     held_by_requests: list[Seen] = []  # for the request audit
     runs = runs_of(seen.jobs.values())
     for listed in jobs:
@@ -697,6 +751,7 @@ def audit(
         "request_creates_failed": seen.request_creates_failed,
         **attempts,
         **by_request,
+        **audit_steps(seen.runs.values(), seen.step_jobs.values()),
     }
 
 
@@ -759,6 +814,15 @@ LABELS = {
     "started_after_cancel": "targets started more than 2 s after their request's deletion",
     "started_in_flight_at_cancel": "... within 2 s (a decision already in flight)",
     "request_runs_held_at_end": "request runs ended but still holding the finalizer at the end",
+    "step_runs": "multi-step Runs",
+    "step_jobs": "... their step Jobs (attempts and compensations)",
+    "step_attempts_twice": "step attempts with two Jobs (an attempt run twice)",
+    "step_attempt_gaps": "step attempt numbers missing below a step's latest",
+    "step_attempts_over_max": "step attempts beyond the step's maxAttempts",
+    "finished_steps_redone": "attempts of a step after the one its Run recorded as succeeded",
+    "compensated_unfinished_steps": "compensations of steps that never succeeded",
+    "heartbeat_restarts": "steps restarted because no heartbeat came",
+    "step_runs_unfinished": "multi-step Runs still running at the end (the Job controller's lag)",
 }
 MUST_BE_ZERO = (
     "duplicates",
@@ -775,6 +839,7 @@ MUST_BE_ZERO = (
     "lost_attempts",
     "exhausted_not_dead_lettered",
     *REQUESTS_MUST_BE_ZERO,
+    *STEPS_MUST_BE_ZERO,
 )
 
 
@@ -814,9 +879,12 @@ def report(
         f"({SCHEDULE}, startingDeadlineSeconds {DEADLINE}), {args.replicas} replicas",
         "",
         f"`python bench/chaos.py --duration {args.duration:.0f} --fault-every "
-        f"{args.fault_every:.0f}` ({elapsed / 60:.0f} minutes in all). Populations: a quarter of "
-        "the ScheduledJobs with `ttlSecondsAfterFinished: 0`, a quarter with both history limits "
-        "0, a quarter keeping 2 successful and 1 failed, and a quarter with "
+        f"{args.fault_every:.0f}` ({elapsed / 60:.0f} minutes in all). Populations: a fifth of "
+        "the ScheduledJobs with `ttlSecondsAfterFinished: 0`, a fifth with both history limits "
+        "0, a fifth keeping 2 successful and 1 failed, a fifth multi-step (three steps, the "
+        f"middle one with a {STEP_HEARTBEAT} s heartbeat nobody renews and failing chosen "
+        "attempts: none, the first, or both, when the run compensates its first step), and a "
+        "fifth with "
         f"`retry: {json.dumps(RETRY)}` (dead letters kept {DEAD_LETTER_RETENTION} s) whose "
         "pods fail chosen attempts, in turn: attempt 1 (success on 2), attempts 1 and 2 "
         "(success on 3), every attempt (a dead letter after 3), and exit code "
@@ -940,6 +1008,9 @@ async def chaos(
         asyncio.create_task(
             ListWatch(api, resource_path(RUNREQUESTS, namespace), RequestSightings(seen)).run()
         ),
+        asyncio.create_task(
+            ListWatch(api, resource_path(RUNS, namespace), RunSightings(seen)).run()
+        ),
     ]
     try:
         for i in range(args.scheduledjobs):
@@ -981,7 +1052,8 @@ async def chaos(
         # in it has had its Job released (right after that status write) by then.
         await asyncio.sleep(5)
         jobs = await api.request("GET", resource_path(JOBS, namespace))
-        return audit(listed["items"], listed_at, jobs["items"], seen)
+        step_runs = await api.request("GET", resource_path(RUNS, namespace))
+        return audit(listed["items"], listed_at, jobs["items"], seen, step_runs["items"])
     finally:
         for task in tasks:
             task.cancel()
@@ -1007,6 +1079,11 @@ async def release_leftovers(api: KubeApi, namespace: str) -> None:
         metadata = job["metadata"]
         if FINALIZER in (metadata.get("finalizers") or []):
             await api.release_job(namespace, metadata["name"], metadata["uid"], FINALIZER)
+    listed = await api.request("GET", resource_path(RUNS, namespace))
+    for run in listed["items"]:
+        metadata = run["metadata"]
+        if FINALIZER in (metadata.get("finalizers") or []):
+            await api.release_run(namespace, metadata["name"], metadata["uid"], FINALIZER)
 
 
 async def a_run_waits(seen: Observations) -> bool:
@@ -1029,6 +1106,8 @@ def scheduledjob(index: int, namespace: str) -> dict[str, Any]:
         job_spec["ttlSecondsAfterFinished"] = 0
     elif population == "history-zero":
         history = {"successfulJobsHistoryLimit": 0, "failedJobsHistoryLimit": 0}
+    elif population == "steps":
+        return stepped(index, namespace)
     elif population == "retry":
         variant = RETRY_VARIANTS[index // len(POPULATIONS) % len(RETRY_VARIANTS)]
         job_spec["template"] = kwok_pod_template("1s", **variant)
@@ -1054,6 +1133,45 @@ def scheduledjob(index: int, namespace: str) -> dict[str, Any]:
             "startingDeadlineSeconds": DEADLINE,
             **history,
             "jobTemplate": {"spec": job_spec},
+        },
+    }
+
+
+def stepped(index: int, namespace: str) -> dict[str, Any]:
+    """A multi-step ScheduledJob: snapshot (compensated if the run fails), interest (heartbeat,
+    failing chosen attempts), publish."""
+    fail = STEP_VARIANTS[index // len(POPULATIONS) % len(STEP_VARIANTS)]
+
+    def template(**kwargs: Any) -> dict[str, Any]:
+        return {"spec": {"backoffLimit": 0, "template": kwok_pod_template("1s", **kwargs)}}
+
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {
+            "name": f"c{index:04d}",
+            "labels": {RUN_LABEL: namespace, POPULATION_LABEL: "steps"},
+        },
+        "spec": {
+            "schedule": SCHEDULE,
+            "startingDeadlineSeconds": DEADLINE,
+            "successfulJobsHistoryLimit": 2,
+            "failedJobsHistoryLimit": 1,
+            "retry": {"maxAttempts": 2, "backoff": {"initialSeconds": 1}},
+            "steps": [
+                {
+                    "name": "snapshot",
+                    "jobTemplate": template(),
+                    "compensate": {"jobTemplate": template()},
+                },
+                {
+                    "name": "interest",
+                    "dependsOn": ["snapshot"],
+                    "heartbeat": {"timeoutSeconds": STEP_HEARTBEAT},
+                    "jobTemplate": template(fail_attempts=fail),
+                },
+                {"name": "publish", "dependsOn": ["interest"], "jobTemplate": template()},
+            ],
         },
     }
 

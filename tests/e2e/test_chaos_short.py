@@ -1,9 +1,10 @@
 """The short variant of `make chaos`: every kind of fault once, against 3 replicas and 40
-ScheduledJobs every 10 s (a quarter with TTL 0, a quarter with no history, a quarter failing
-chosen attempts under spec.retry), then the audit: nothing duplicated, nothing missing, no stale
-write, no recorded slot's Job left held; no attempt twice, none skipped or lost, none beyond
-maxAttempts, every run out of attempts a dead letter; meanwhile RunRequests (backfills, replays
-of dead letters, some cancelled): one run per target, and every target of a Complete one run."""
+ScheduledJobs every 10 s (a fifth each with TTL 0, with no history, with the defaults, failing
+chosen attempts under spec.retry, and multi-step), then the audit: nothing duplicated, nothing
+missing, no stale write, no recorded slot's Job left held; no attempt twice, none skipped or
+lost, none beyond maxAttempts, every run out of attempts a dead letter; no step attempt twice,
+no finished step redone; meanwhile RunRequests (backfills, replays of dead letters, some
+cancelled): one run per target, and every target of a Complete one run."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from chaos_requests import MUST_BE_ZERO as REQUESTS_MUST_BE_ZERO
+from chaos_steps import MUST_BE_ZERO as STEPS_MUST_BE_ZERO
 from devcluster.cluster import cluster_dir
 from devcluster.replica import REPO, OperatorProcess
 
@@ -55,6 +57,7 @@ def test_short_chaos_run_audits_clean(
     assert audit["slots_created"] == audit["slots_expected"], audit
     # The bench's own list of what must be 0 (slots, attempts, requests), each checked here.
     assert set(REQUESTS_MUST_BE_ZERO) <= set(record["must_be_zero"]), record["must_be_zero"]
+    assert set(STEPS_MUST_BE_ZERO) <= set(record["must_be_zero"]), record["must_be_zero"]
     for must_be_zero in record["must_be_zero"]:
         assert audit[must_be_zero] == 0, (must_be_zero, audit)
     assert record["failed"] == [], record["failed"]
@@ -68,7 +71,8 @@ def test_short_chaos_run_audits_clean(
     # lease-latency: creates the old leader sent reached the API server after a standby took the
     # Lease over (they are held 12 s, a takeover takes about 5), and the fence refused them.
     assert audit["held_creates_refused"] >= 1, (audit, record["faults"])
-    assert set(audit["by_population"]) == {"ttl-zero", "history-zero", "default", "retry"}, audit
+    populations = {"ttl-zero", "history-zero", "default", "retry", "steps"}
+    assert set(audit["by_population"]) == populations, audit
     # Every way a run with retries ends was taken: success on attempts 2 and 3, a dead letter
     # after 3 attempts and after a final exit code, and a run ended by the user's deletion of
     # its failed attempt while it waited for the next.
@@ -88,3 +92,7 @@ def test_short_chaos_run_audits_clean(
     # reached Complete, every target with its one run (the must-be-zero figures above).
     assert audit["backfills_complete"] >= 1, audit
     assert audit["replays_complete"] >= 1, audit
+    # Multi-step runs went through the faults: every step attempt accounted for (above), and
+    # runs of them came to an end.
+    assert audit["step_runs"] >= 10, audit
+    assert audit["step_runs_by_phase"].get("Succeeded", 0) >= 1, audit

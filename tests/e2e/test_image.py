@@ -91,6 +91,10 @@ def test_image_is_nonroot_shell_free_and_versioned(image: Image) -> None:
     reported = image.run("--version")
     assert reported.returncode == 0, reported.stderr
     assert version() in reported.stdout
+    # The same image is a multi-step run's heartbeat sidecar (args: [heartbeat]).
+    sidecar = image.run("heartbeat", "--help")
+    assert sidecar.returncode == 0, sidecar.stderr
+    assert "CRONLEASE_HEARTBEAT_LEASE" in sidecar.stdout
 
 
 def test_operator_from_the_image_runs_on_time_and_fails_over(

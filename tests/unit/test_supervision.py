@@ -338,3 +338,42 @@ def test_the_spec_retry_is_each_steps_default_and_a_step_may_override_it() -> No
     assert spec.retry is None  # no run-level retries: steps retry themselves
     assert spec.steps is not None
     assert [step.retry.max_attempts for step in spec.steps.steps] == [3, 4]
+
+
+def test_a_runs_status_stays_small_at_twenty_steps() -> None:
+    """The worst case the bounds allow: 20 steps, each retried and compensated with long step
+    names, every message at its limit, a full recovery log. (About 21 KB: design note 84.)"""
+    import orjson
+
+    undo = Compensation(TEMPLATE, RetryPolicy(max_attempts=10))
+    many = Steps(
+        tuple(
+            Step(
+                f"{'x' * 36}-{i:02d}", TEMPLATE, retry=RetryPolicy(max_attempts=10), compensate=undo
+            )
+            for i in range(20)
+        )
+    )
+    status: dict[str, Any] = {}
+    jobs: list[StepJob] = []
+    now = T0
+    for attempt in range(1, 11):  # every step fails 9 times, then succeeds
+        plan = supervise(view(many, status), jobs, {}, now)
+        status = plan.status
+        state = JobState.SUCCEEDED if attempt == 10 else JobState.FAILED
+        jobs = [job(s.name, attempt, state=state, finished_at=now) for s in many.steps]
+        now += timedelta(hours=1)
+        status = supervise(view(many, status), jobs, {}, now).status
+    for entry in status["steps"]:  # and every field at its longest
+        entry.update(message="m" * 256, reason="HeartbeatLost", abandoned=list(range(1, 10)))
+        entry["compensation"] = {
+            **{
+                k: entry.get(k, "2026-12-01T12:00:00Z")
+                for k in ("attempt", "startedAt", "finishedAt", "reason", "message")
+            },
+            "phase": "Failed",
+        }
+    size = len(orjson.dumps(status))
+    print(f"a Run's status at 20 steps, worst case: {size} bytes")
+    assert len(status["recoveryLog"]) == 20
+    assert size < 24_000, size

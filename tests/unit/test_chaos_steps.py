@@ -1,0 +1,85 @@
+"""The chaos auditor's audit of multi-step runs (hack/chaos_steps.py): each flaw it must find."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos_steps import RunSeen, audit_steps, is_step_job, step_seen
+
+
+def step_job(step: str, attempt: int, *, uid: str = "", action: str = "run",
+             done: bool = True) -> dict[str, Any]:  # fmt: skip
+    return {
+        "metadata": {
+            "uid": uid or f"{step}/{action}/{attempt}",
+            "labels": {
+                "cronlease.io/run": "c0004-100",
+                "cronlease.io/step": step,
+                "cronlease.io/action": action,
+                "cronlease.io/attempt": str(attempt),
+            },
+        },
+        "status": {"conditions": [{"type": "Complete", "status": "True"}] if done else []},
+    }
+
+
+def run(phase: str = "Succeeded", **steps: tuple[str, int]) -> RunSeen:
+    seen = RunSeen("run-uid", "c0004-100")
+    seen.observe(
+        {
+            "spec": {
+                "steps": [
+                    {"name": "a", "retry": {"maxAttempts": 2},
+                     "compensate": {"retry": {"maxAttempts": 1}}},
+                    {"name": "b", "retry": {"maxAttempts": 2}},
+                ]
+            },
+            "status": {
+                "phase": phase,
+                "steps": [
+                    {"name": name, "phase": p, "attempt": n} for name, (p, n) in steps.items()
+                ],
+            },
+        }
+    )  # fmt: skip
+    return seen
+
+
+def audit(runs: list[RunSeen], *jobs: dict[str, Any]) -> dict[str, Any]:
+    assert all(is_step_job(job) for job in jobs)
+    return audit_steps(runs, [step_seen(job) for job in jobs])
+
+
+def test_a_clean_run_is_clean() -> None:
+    result = audit([run(a=("Succeeded", 1), b=("Succeeded", 2))],
+                   step_job("a", 1), step_job("b", 1, done=False), step_job("b", 2))  # fmt: skip
+    assert [result[k] for k in ("step_attempts_twice", "step_attempt_gaps",
+            "step_attempts_over_max", "finished_steps_redone")] == [0, 0, 0, 0]  # fmt: skip
+    assert result["step_runs_by_phase"] == {"Succeeded": 1}
+
+
+def test_an_attempt_made_twice_is_found() -> None:
+    result = audit([run(a=("Succeeded", 1))], step_job("a", 1), step_job("a", 1, uid="again"))
+    assert result["step_attempts_twice"] == 1
+
+
+def test_gaps_attempts_over_max_and_redone_steps_are_found() -> None:
+    result = audit(
+        [run("Running", a=("Succeeded", 1), b=("Running", 3))],
+        step_job("a", 1),
+        step_job("a", 2),  # after attempt 1 was recorded as succeeded
+        step_job("b", 1),
+        step_job("b", 3),  # no attempt 2, and beyond maxAttempts 2
+    )
+    assert result["finished_steps_redone"] == 1
+    assert result["step_attempt_gaps"] == 1
+    assert result["step_attempts_over_max"] == 1
+    assert result["step_runs_unfinished"] == 1
+
+
+def test_a_compensation_of_a_step_that_never_succeeded_is_found() -> None:
+    result = audit(
+        [run("Compensated", a=("Failed", 2))],
+        step_job("a", 1, action="compensate"),
+    )
+    assert result["compensated_unfinished_steps"] == 1
