@@ -100,6 +100,7 @@ class RunView:
     spec: dict[str, Any]
     status: dict[str, Any]
     deleting: bool = False
+    generation: int = 1  # its conditions' observedGeneration (a Run's spec never changes)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def supervise(
     if status.get("phase") in FINISHED_RUN:
         return plan
     entries = _entries(status, steps)
-    supervisor = _Supervisor(steps, entries, ours, heartbeats, now, plan)
+    supervisor = _Supervisor(steps, entries, ours, heartbeats, now, plan, run.generation)
     supervisor.observe()
     supervisor.advance()
     status["steps"] = [entries[step.name] for step in steps.steps]
@@ -173,8 +174,10 @@ class _Supervisor:
         heartbeats: Mapping[str, datetime | None],
         now: datetime,
         plan: RunPlan,
+        generation: int,
     ) -> None:
         self.steps, self.entries, self.now, self.plan = steps, entries, now, plan
+        self.generation = generation
         self.heartbeats = heartbeats
         self.jobs = {(job.step, job.action, job.attempt): job for job in jobs}
         self.all_jobs = jobs
@@ -210,6 +213,8 @@ class _Supervisor:
             entry.pop("reason", None)
             if action is Action.RUN:
                 entry["order"] = 1 + max(int(e.get("order", 0)) for e in self.entries.values())
+            else:
+                self._log(step.name, attempt, "Compensated", "", f"step {step.name} compensated")
             return
         if job.state is JobState.FAILED:
             retryable = job.failure_reason != NOT_RETRYABLE
@@ -412,7 +417,7 @@ class _Supervisor:
             "True",
             "Compensated",
             "every finished step was compensated",
-            0,
+            self.generation,
             self.now,
         )
         self._finish(RunPhase.COMPENSATED)
@@ -426,13 +431,15 @@ class _Supervisor:
             "True" if succeeded else "False",
             phase.value,
             "every step succeeded" if succeeded else f"the run ended {phase.value}",
-            0,
+            self.generation,
             self.now,
         )
 
     def _escalate(self, escalation: Escalation, message: str) -> None:
         conditions = self._conditions()
-        set_condition(conditions, "Escalated", "True", escalation.value, message, 0, self.now)
+        set_condition(
+            conditions, "Escalated", "True", escalation.value, message, self.generation, self.now
+        )
         self.plan.escalation = escalation
         self._log("", 0, "Escalated", escalation.value, message, warning=True)
 

@@ -116,6 +116,7 @@ class Supervisor:
             spec=obj.get("spec") or {},
             status=obj.get("status") or {},
             deleting=bool(metadata.get("deletionTimestamp")),
+            generation=int(metadata.get("generation") or 1),
         )
         names = [job.name for job in jobs]
         plan = supervise(view, jobs, self.store.heartbeats(namespace, names), self._clock())

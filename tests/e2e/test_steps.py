@@ -213,6 +213,7 @@ def test_a_step_that_fails_past_its_attempts_compensates_the_finished_ones_and_e
         ("GaveUp", "apply-interest"),
         ("Escalated", ""),
         ("Compensating", "snapshot"),
+        ("Compensated", "snapshot"),
     ], story
     jobs = step_jobs(kube, namespace)
     assert sorted(jobs) == [
