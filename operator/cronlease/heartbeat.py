@@ -20,17 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cronlease.kube import LEASES, ApiError, KubeApi, TransportError, connect, resource_path
+from cronlease.naming import micro_time
 
 log = logging.getLogger("cronlease.heartbeat")
 
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 RENEWALS_PER_DURATION = 3
 MIN_INTERVAL = 1.0
-
-
-def micro_time(instant: datetime) -> str:
-    """A Lease's MicroTime: RFC 3339 in UTC with microseconds."""
-    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Stopped(Exception):

@@ -97,6 +97,11 @@ def format_time(instant: datetime) -> str:
     return f"{text}Z"
 
 
+def micro_time(instant: datetime) -> str:
+    """A Lease's MicroTime: RFC 3339 in UTC with microseconds, as the API server writes it."""
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def normalise(instant: datetime) -> datetime:
     """`instant` in UTC, cut to the precision the operator stores."""
     instant = instant.astimezone(UTC)

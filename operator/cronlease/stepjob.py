@@ -26,7 +26,7 @@ from cronlease.naming import (
     FINALIZER_SLOT_RECORD,
     LABEL_ATTEMPT,
     LABEL_RUN,
-    format_time,
+    micro_time,
 )
 from cronlease.runenv import (
     ANNOTATION_ATTEMPT,
@@ -133,34 +133,30 @@ def build_step_job(
     }
 
 
-def build_heartbeat_lease(job: dict[str, Any], seconds: int, now: datetime) -> dict[str, Any]:
+def build_heartbeat_lease(
+    namespace: str, job: StepJob, seconds: int, since: datetime
+) -> dict[str, Any]:
     """The attempt's own Lease, named as its Job and owned by it (gone with it): its pod renews
-    it; a stale attempt can renew only its own, which the supervisor never reads."""
-    metadata = job["metadata"]
-    labels = metadata["labels"]
-    instant = format_time(now).removesuffix("Z")
-    micro = f"{instant}.000000Z" if "." not in instant else f"{instant}000Z"
+    it; a stale attempt can renew only its own, which the supervisor never reads. It starts
+    renewed at `since`, the attempt's claim, so that a Lease made again (a user deleted it)
+    never extends the attempt's time to its first heartbeat."""
+    stamp = micro_time(since)
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {
-            "name": metadata["name"],
-            "namespace": metadata["namespace"],
-            "labels": {key: labels[key] for key in (LABEL_RUN, LABEL_STEP, LABEL_ATTEMPT)},
+            "name": job.name,
+            "namespace": namespace,
+            "labels": {LABEL_RUN: job.run, LABEL_STEP: job.step, LABEL_ATTEMPT: str(job.attempt)},
             "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": metadata["name"],
-                    "uid": metadata["uid"],
-                }
+                {"apiVersion": "batch/v1", "kind": "Job", "name": job.name, "uid": job.uid}
             ],
         },
         "spec": {
-            "holderIdentity": metadata["name"],
+            "holderIdentity": job.name,
             "leaseDurationSeconds": seconds,
-            "acquireTime": micro,
-            "renewTime": micro,
+            "acquireTime": stamp,
+            "renewTime": stamp,
         },
     }
 
@@ -194,6 +190,7 @@ def step_job_info(job: dict[str, Any]) -> StepJob:
         name=info.name,
         uid=info.uid,
         run_uid=run_uid,
+        run=run,
         step=step,
         action=action,
         attempt=attempt,

@@ -90,6 +90,7 @@ class StepJob:
     deleting: bool = False
     held: bool = False
     trusted: bool = True
+    run: str = ""  # its Run's name (its label)
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,9 @@ class RunPlan:
     deletions: list[StepJob] = field(default_factory=list)
     # Jobs whose attempt the persisted status has settled: their finalizer can go.
     releases: list[StepJob] = field(default_factory=list)
+    # Running current attempts whose heartbeat Lease is missing (its creation failed, a user
+    # deleted it): (the attempt's Job, the timeout, the claim), made again after the write.
+    leases: list[tuple[StepJob, int, datetime]] = field(default_factory=list)
     log: list[LogEntry] = field(default_factory=list)
     escalation: Escalation | None = None
     wake_at: datetime | None = None
@@ -226,6 +230,8 @@ class _Supervisor:
         if heartbeat is None:
             return
         started = parse_time(entry.get("startedAt")) or self.now
+        if job.name not in self.heartbeats:
+            self.plan.leases.append((job, heartbeat, started))
         renewed = self.heartbeats.get(job.name)
         last = max(renewed, started) if renewed else started
         deadline = last + timedelta(seconds=heartbeat)

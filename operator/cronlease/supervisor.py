@@ -129,6 +129,8 @@ class Supervisor:
         for job in plan.deletions:
             await self._delete(namespace, job)
         await self._create(obj, plan)
+        for job, seconds, since in plan.leases:
+            await self._create_lease(namespace, job, seconds, since)
         for job in plan.releases:
             await self._release(namespace, job)
         self._record(ref, obj, plan)
@@ -190,12 +192,19 @@ class Supervisor:
                 metrics.step_attempts.labels(planned.action.value).inc()
             self.store.upsert_step_job(created)
             if step.heartbeat_seconds and planned.action is Action.RUN:
-                lease = build_heartbeat_lease(created, step.heartbeat_seconds, self._clock())
-                try:
-                    await self.api.create_lease(lease)
-                except ApiError as error:
-                    if error.status != 409:
-                        raise
+                info = step_job_info(created)
+                namespace = run["metadata"]["namespace"]
+                await self._create_lease(namespace, info, step.heartbeat_seconds, self._clock())
+
+    async def _create_lease(
+        self, namespace: str, job: StepJob, seconds: int, since: datetime
+    ) -> None:
+        lease = build_heartbeat_lease(namespace, job, seconds, since)
+        try:
+            await self.api.create_lease(lease)
+        except ApiError as error:
+            if error.status != 409:  # made already
+                raise
 
     async def _create_job(self, job: dict[str, Any]) -> dict[str, Any]:
         return await self.applier.fenced(lambda: self.api.create_job(job))

@@ -219,3 +219,38 @@ async def test_a_status_written_meanwhile_is_read_again_not_overwritten() -> Non
     await steps.supervise()
     assert phases(steps.run())["snapshot"] == ("Running", 1)
     assert len(steps.created_step_jobs()) == 1
+
+
+async def test_an_escalated_run_pauses_its_scheduledjob_through_pause_on_failure() -> None:
+    """The escalation's optional pause: the Paused condition, never a spec edit."""
+    shell = Shell()
+    shell.create(
+        "close", steps=STEPS[:1], jobTemplate=None, pauseOnFailure={"consecutiveFailures": 1}
+    )
+    await shell.apply("close")
+    steps = Steps(shell)
+    await steps.supervise()
+    steps.finish(next(iter(steps.step_jobs())), "Failed")
+    await steps.supervise()
+    assert steps.run()["status"]["phase"] == "Compensated"  # nothing to undo: no compensate
+    shell.now += timedelta(seconds=1)
+    await shell.apply("close")
+    conditions = {c["type"]: c["status"] for c in shell.status("close")["conditions"]}
+    assert conditions["Paused"] == "True"
+    assert "suspend" not in shell.current("close")["spec"]
+
+
+async def test_a_deleted_heartbeat_lease_is_made_again_without_extending_the_attempt() -> None:
+    steps = await started()
+    await steps.supervise()
+    steps.finish(next(iter(steps.step_jobs())))
+    await steps.supervise()
+    (second,) = [n for n, j in steps.step_jobs().items() if not j.get("status")]
+    first = steps.shell.server.get(*LEASES, NAMESPACE, second)
+    assert first is not None
+    steps.shell.server.remove(*LEASES, NAMESPACE, second)  # a user
+    steps.shell.now += timedelta(seconds=10)
+    await steps.supervise()
+    again = steps.shell.server.get(*LEASES, NAMESPACE, second)
+    assert again is not None
+    assert again["spec"]["renewTime"] == first["spec"]["renewTime"]  # the claim, not now
