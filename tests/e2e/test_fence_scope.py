@@ -319,8 +319,29 @@ def test_only_the_operator_writes_scheduledjob_status(
         "patch", "scheduledjob", "ledger", "-n", namespace, "--subresource=status",
         "--type=merge", "-p", json.dumps(patch), check=False,
     )  # fmt: skip
-    assert_refused(result, "writes the status of ScheduledJobs and RunRequests")
+    assert_refused(result, "writes the status of ScheduledJobs, RunRequests and Runs")
     assert status_of(kube, namespace, "ledger").get("runsCreated", 0) < 1000
+
+
+def test_only_the_operator_creates_runs(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """A Run is a slot's record of a multi-step run: even a cluster admin cannot forge one, nor
+    write its status (the supervisor's claims of step attempts)."""
+    run = {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {
+            "name": "forged-29412000",
+            "namespace": namespace,
+            "labels": {"cronlease.io/scheduledjob": "forged"},
+            "annotations": {"cronlease.io/leader": "someone", "cronlease.io/fencing-token": "9"},
+        },
+        "spec": {"scheduledJob": "forged", "steps": []},
+    }
+    result = kube.run("create", "-f", "-", stdin=json.dumps(run), check=False)
+    assert_refused(result, "creates Runs")
+    assert kube.items("runs", namespace) == []
 
 
 # Two releases side by side
