@@ -4,22 +4,10 @@
 # dead letter), fix the template, replay the dead letters. Prints every command and its output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PWD/.venv/bin:$PATH" PYTHONPATH="$PWD/hack"
-state=.cache/replay-example
-mkdir -p "$state"
-python -m devcluster up >/dev/null
-python -m devcluster install >/dev/null
-export KUBECONFIG="$PWD/.cache/cluster/kubeconfig"
-python -m devcluster sa-kubeconfig "$state/operator.kubeconfig" >/dev/null
-KUBECONFIG="$state/operator.kubeconfig" PYTHONPATH=operator POD_NAMESPACE=cronlease-system \
-  python -m cronlease --metrics-bind 127.0.0.1:9190 --liveness-bind 127.0.0.1:9191 \
-  >"$state/operator.log" 2>&1 &
-operator=$!
+source hack/example-operator.sh
+start_example_operator .cache/replay-example 9190 9191
 trap 'kill $operator; kubectl delete namespace replay-demo --wait=false >/dev/null 2>&1 || true' EXIT
-for _ in $(seq 100); do curl -sf http://127.0.0.1:9191/readyz >/dev/null && break; sleep 0.1; done
 
-show() { printf '$ %s\n' "$*"; "$@"; echo; }
-until_true() { for _ in $(seq 600); do eval "$1" && return; sleep 0.1; done; echo "timed out: $1"; exit 1; }
 phase() { kubectl -n replay-demo get rr "$1" -o jsonpath='{.status.phase}'; }
 
 kubectl create namespace replay-demo >/dev/null

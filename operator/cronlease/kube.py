@@ -28,6 +28,8 @@ READ_BUFFER = 2**21
 SCHEDULEDJOBS = (f"{GROUP}/{VERSION}", PLURAL)
 RUNREQUESTS = (f"{GROUP}/{VERSION}", REQUEST_PLURAL)
 RUNS = (f"{GROUP}/{VERSION}", RUN_PLURAL)
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 JOBS = ("batch/v1", "jobs")
 LEASES = ("coordination.k8s.io/v1", "leases")
 EVENTS = ("v1", "events")
@@ -283,11 +285,24 @@ class KubeApi:
         self, namespace: str, name: str, uid: str, metadata: dict[str, Any]
     ) -> dict[str, Any]:
         """A strategic merge patch of the Job's metadata, with its uid as precondition."""
+        return await self._patch_metadata(JOBS, namespace, name, uid, metadata, STRATEGIC)
+
+    async def _patch_metadata(
+        self,
+        resource: tuple[str, str],
+        namespace: str,
+        name: str,
+        uid: str,
+        metadata: dict[str, Any],
+        content_type: str,
+    ) -> dict[str, Any]:
+        """A patch of an object's metadata, with its uid as precondition (a 409 if it is another
+        object under that name now)."""
         return await self.transport.request(
             "PATCH",
-            resource_path(JOBS, namespace, name),
+            resource_path(resource, namespace, name),
             {"metadata": {"uid": uid, **metadata}},
-            content_type="application/strategic-merge-patch+json",
+            content_type=content_type,
         )
 
     # ScheduledJobs
@@ -362,12 +377,8 @@ class KubeApi:
     async def label_run(
         self, namespace: str, name: str, uid: str, labels: dict[str, str]
     ) -> dict[str, Any]:
-        return await self.transport.request(
-            "PATCH",
-            resource_path(RUNS, namespace, name),
-            {"metadata": {"uid": uid, "labels": labels}},
-            content_type="application/merge-patch+json",
-        )
+        """A custom resource takes no strategic merge patch; a merge patch adds labels alike."""
+        return await self._patch_metadata(RUNS, namespace, name, uid, {"labels": labels}, MERGE)
 
     # RunRequests
 
