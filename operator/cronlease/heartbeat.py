@@ -33,8 +33,12 @@ class Stopped(Exception):
     """This attempt may renew no more (refused, or its Lease is gone)."""
 
 
-async def renew(api: KubeApi, namespace: str, name: str, now: datetime) -> float:
-    """One renewal; the seconds until the next. Stopped when it can never succeed again."""
+async def renew(
+    api: KubeApi, namespace: str, name: str, now: datetime, renewed_before: bool = True
+) -> float:
+    """One renewal; the seconds until the next. Stopped when it can never succeed again: refused,
+    or its Lease gone after it was renewed (before, it may just not be made yet: the operator
+    creates it right after the Job, and a failover can delay that)."""
     path = resource_path(LEASES, namespace, name)
     patch = {"spec": {"renewTime": micro_time(now)}}
     try:
@@ -42,7 +46,7 @@ async def renew(api: KubeApi, namespace: str, name: str, now: datetime) -> float
             "PATCH", path, patch, content_type="application/merge-patch+json"
         )
     except ApiError as error:
-        if error.status in (403, 404):
+        if error.status == 403 or (error.status == 404 and renewed_before):
             raise Stopped(f"renewing Lease {namespace}/{name}: {error.message}") from error
         raise
     duration = (lease.get("spec") or {}).get("leaseDurationSeconds") or 30
@@ -57,9 +61,11 @@ async def renew_forever(
     interval: float | None = None,
 ) -> str:
     """Renew until stopped; why it stopped. Transient failures are retried at the next turn."""
+    renewed = False
     while True:
         try:
-            wait = await renew(api, namespace, name, clock())
+            wait = await renew(api, namespace, name, clock(), renewed)
+            renewed = True
         except Stopped as stopped:
             return str(stopped)
         except (ApiError, TransportError) as error:

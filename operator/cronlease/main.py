@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace) -> None:
     # supervisor's own view of Runs, step Jobs and heartbeat Leases, with its own wake-ups.
     runs = Model(wakeups.changed, on_job_change=wakeups.notify, read=run_info)
     run_wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
-    store = RunStore(run_wakeups.notify)
+    store = RunStore(run_wakeups.notify, clock=server_clock.now)  # heartbeats seen, on it too
     run_watch = RunWatch(api, runs, store, namespaces)
     jobs_listed, everything_listed = asyncio.Event(), asyncio.Event()
     applier = Applier(api, leadership, model, args.max_concurrency, runs=runs)
@@ -146,6 +146,7 @@ async def run(args: argparse.Namespace) -> None:
         tasks[0].cancel()  # the scheduler's loop: nothing new starts
         tasks[1].cancel()  # and the supervisor's
         await scheduler.finish(SHUTDOWN_GRACE)
+        await supervisor.finish(SHUTDOWN_GRACE)
         await leadership.release()
         for task in tasks:
             task.cancel()

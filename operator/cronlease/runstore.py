@@ -10,13 +10,13 @@ it, and a Run's or a Lease's late copy only wakes a supervision that reads the A
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cronlease.model import Key, StoredObject, is_newer, key_of, pack, version_of
 from cronlease.naming import LABEL_RUN, parse_time
 from cronlease.stepjob import step_job_info
-from cronlease.supervision import StepJob
+from cronlease.supervision import Action, StepJob
 
 
 def _run_label(obj: dict[str, Any]) -> str:
@@ -25,16 +25,33 @@ def _run_label(obj: dict[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _owner_uid(obj: dict[str, Any]) -> str:
+    refs = obj["metadata"].get("ownerReferences")
+    first = refs[0] if isinstance(refs, list) and refs and isinstance(refs[0], dict) else {}
+    return str(first.get("uid", ""))
+
+
 class RunStore:
-    def __init__(self, on_change: Callable[[Key], None]) -> None:
-        """`on_change(run key)` when a Run, one of its step Jobs or one of its Leases changes."""
+    def __init__(
+        self,
+        on_change: Callable[[Key], None],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """`on_change(run key)` when a Run, one of its step Jobs or one of its Leases changes.
+        `clock` stamps each renewal seen: a heartbeat counts from when the supervisor's side
+        saw it (its clock never runs ahead of the API server's), not from the renewTime a
+        pod's node wrote, which may run ahead (deferring the timeout for ever) or behind."""
         self._on_change = on_change
+        self._clock = clock
         self._runs: dict[Key, StoredObject] = {}
         # Step Jobs by the run their label names, (namespace, run name): found again when the
         # Run is gone, to release them.
         self._jobs: dict[Key, tuple[str, StepJob, Key]] = {}
         self._jobs_by_run: dict[Key, dict[str, StepJob]] = {}
-        self._leases: dict[Key, tuple[str, datetime | None]] = {}
+        # Lease -> (version, renewTime as written, when that renewal was seen, owner uid)
+        self._leases: dict[Key, tuple[str, datetime | None, datetime, str]] = {}
+        # Attempts whose Job name a Job cronlease did not write holds, by run.
+        self._taken: dict[Key, set[tuple[str, Action, int]]] = {}
 
     # Runs
 
@@ -51,6 +68,7 @@ class RunStore:
 
     def delete_run(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
+        self._taken.pop(key, None)
         if self._runs.pop(key, None) is not None:
             self._on_change(key)  # its held step Jobs are released
 
@@ -97,14 +115,22 @@ class RunStore:
 
     # Heartbeat Leases
 
-    def heartbeats(self, namespace: str, names: list[str]) -> dict[str, datetime | None]:
-        """The last renewal of each named Lease the store holds."""
-        found = {}
-        for name in names:
-            entry = self._leases.get((namespace, name))
-            if entry is not None:
-                found[name] = entry[1]
+    def heartbeats(self, namespace: str, jobs: list[StepJob]) -> dict[str, datetime | None]:
+        """When each step Job's own Lease (named as the Job, owned by it) was last seen renewed;
+        a Lease of that name owned by anything else is no heartbeat of it."""
+        found: dict[str, datetime | None] = {}
+        for job in jobs:
+            entry = self._leases.get((namespace, job.name))
+            if entry is not None and entry[3] == job.uid:
+                found[job.name] = entry[2]
         return found
+
+    def taken(self, key: Key) -> frozenset[tuple[str, Action, int]]:
+        return frozenset(self._taken.get(key, ()))
+
+    def name_taken(self, key: Key, attempt: tuple[str, Action, int]) -> None:
+        """A Job cronlease did not write holds the name of the run's `attempt`."""
+        self._taken.setdefault(key, set()).add(attempt)
 
     def upsert_lease(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
@@ -113,7 +139,8 @@ class RunStore:
             return
         spec = obj.get("spec")
         renewed = parse_time(spec.get("renewTime")) if isinstance(spec, dict) else None
-        self._leases[key] = (version_of(obj), renewed)
+        seen = self._clock() if current is None or current[1] != renewed else current[2]
+        self._leases[key] = (version_of(obj), renewed, seen, _owner_uid(obj))
         if current is None or current[1] != renewed:
             self._on_change((key[0], _run_label(obj)))
 

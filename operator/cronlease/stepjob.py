@@ -49,9 +49,17 @@ STEP_ENVIRONMENT = {
 }
 
 
+# A step Job's name is at most this long, so that "<name>-" is the whole prefix of its pods'
+# names: the API server cuts a generateName to 58 characters, and the heartbeat policy tells an
+# attempt's pods by that prefix.
+MAX_STEP_JOB_NAME = 57
+
+
 def step_job_name(owner: str, run: str, step: str, action: Action, attempt: int) -> str:
-    """`<scheduledjob>-s<digest>`: within 63 characters, whatever the run's name."""
-    return f"{owner}-s{_digest(run, step, action, attempt)}"
+    """`<scheduledjob>-s<digest>`, the ScheduledJob's name cut to fit MAX_STEP_JOB_NAME (the
+    digest of the run's full name, the step, the action and the attempt keeps it unique)."""
+    digest = _digest(run, step, action, attempt)
+    return f"{owner[: MAX_STEP_JOB_NAME - len(digest) - 2]}-s{digest}"
 
 
 def _digest(run: str, step: str, action: Action, attempt: int) -> str:

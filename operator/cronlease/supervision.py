@@ -16,7 +16,7 @@ import copy
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease.conditions import set_condition
@@ -25,6 +25,9 @@ from cronlease.naming import format_time, parse_time
 from cronlease.spec import RetryPolicy, SpecError
 from cronlease.steps import OnFailure, Step, Steps, steps_of_run
 
+# How long a claimed attempt's Job may take to show in the watch after its creation: far more
+# than a watch lags. A cancelled attempt never seen is taken as never created after it.
+CREATION_GRACE = timedelta(seconds=30)
 # status.recoveryLog keeps this many entries (the newest); each is also an Event.
 RECOVERY_LOG = 20
 MESSAGE_LIMIT = 256
@@ -72,6 +75,7 @@ class Escalation(enum.StrEnum):
 
 HEARTBEAT_LOST = "HeartbeatLost"
 JOB_DELETED = "JobDeleted"
+NAME_CONFLICT = "NameConflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,10 @@ class StepJob:
     trusted: bool = True
     run: str = ""  # its Run's name (its label)
 
+    @property
+    def finished(self) -> bool:
+        return self.state is not JobState.ACTIVE
+
 
 @dataclass(frozen=True)
 class RunView:
@@ -109,6 +117,8 @@ class StepJobPlan:
     step: str
     action: Action
     attempt: int
+    # The claim: its heartbeat Lease starts renewed then (not part of what the plan is).
+    since: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -143,9 +153,11 @@ def supervise(
     jobs: Sequence[StepJob],
     heartbeats: Mapping[str, datetime | None],
     now: datetime,
+    taken: frozenset[tuple[str, Action, int]] = frozenset(),
 ) -> RunPlan:
     """Plan what happens next to `run`. `jobs` are the step Jobs the model holds for it;
-    `heartbeats` the last renewal of each heartbeat Lease, by Lease (= attempt Job) name."""
+    `heartbeats` when each heartbeat Lease was last seen renewed, by Lease (= attempt Job) name;
+    `taken` the attempts whose Job name a Job cronlease did not write holds."""
     ours = [job for job in jobs if job.run_uid == run.uid and job.trusted]
     plan = RunPlan(status=copy.deepcopy(run.status))
     plan.releases = _settled(run, ours)
@@ -160,12 +172,13 @@ def supervise(
     if status.get("phase") in FINISHED_RUN:
         return plan
     entries = _entries(status, steps)
-    supervisor = _Supervisor(steps, entries, ours, heartbeats, now, plan, run.generation)
+    supervisor = _Supervisor(steps, entries, ours, heartbeats, now, plan, run.generation, taken)
     supervisor.observe()
     supervisor.advance()
     status["steps"] = [entries[step.name] for step in steps.steps]
     status.setdefault("startedAt", format_time(now))
     plan.creations = supervisor.missing_jobs()
+    plan.deletions = supervisor.outdated_jobs()
     return plan
 
 
@@ -179,9 +192,10 @@ class _Supervisor:
         now: datetime,
         plan: RunPlan,
         generation: int,
+        taken: frozenset[tuple[str, Action, int]],
     ) -> None:
         self.steps, self.entries, self.now, self.plan = steps, entries, now, plan
-        self.generation = generation
+        self.generation, self.taken = generation, taken
         self.heartbeats = heartbeats
         self.jobs = {(job.step, job.action, job.attempt): job for job in jobs}
         self.all_jobs = jobs
@@ -210,8 +224,14 @@ class _Supervisor:
     ) -> None:
         attempt = int(entry["attempt"])
         job = self.jobs.get((step.name, action, attempt))
+        if (step.name, action, attempt) in self.taken:  # someone else's Job holds its name
+            self._failed(step, entry, action, retry, NAME_CONFLICT, True)
+            return
         if job is None:
-            return  # claimed, not created yet (or the creation was lost): missing_jobs()
+            if entry.get("jobUid"):  # it existed, and went: this attempt is lost, never redone
+                self._failed(step, entry, action, retry, JOB_DELETED, True)
+            return  # else claimed, not created yet (or its creation was lost): missing_jobs()
+        entry["jobUid"] = job.uid  # created: from now on, its Job is never made again
         if job.state is JobState.SUCCEEDED:
             entry.update(phase=StepPhase.SUCCEEDED, finishedAt=format_time(self._end(job)))
             entry.pop("reason", None)
@@ -233,13 +253,13 @@ class _Supervisor:
         if job.name not in self.heartbeats:
             self.plan.leases.append((job, heartbeat, started))
         renewed = self.heartbeats.get(job.name)
-        last = max(renewed, started) if renewed else started
+        last = min(max(renewed, started), self.now) if renewed else started
         deadline = last + timedelta(seconds=heartbeat)
         if self.now <= deadline:
             self._wake(deadline)
             return
-        self.plan.deletions.append(job)
-        # Abandoned while it ran: whatever it reports later is stale (_ignore_stale_results).
+        # Abandoned while it ran (outdated_jobs() deletes its Job): whatever it reports later is
+        # stale (_ignore_stale_results).
         entry["abandoned"] = [*entry.get("abandoned", []), attempt]
         self._failed(
             step,
@@ -350,7 +370,7 @@ class _Supervisor:
         entry.update(
             phase=StepPhase.RUNNING.value, attempt=attempt, startedAt=format_time(self.now)
         )
-        for stale in ("retryAt", "finishedAt", "message", "reason"):
+        for stale in ("retryAt", "finishedAt", "message", "reason", "jobUid"):
             entry.pop(stale, None)
         if log == "Restarted":
             what = "compensation of" if action is Action.COMPENSATE else "step"
@@ -374,9 +394,6 @@ class _Supervisor:
                 other["phase"] = StepPhase.SKIPPED.value
             elif other["phase"] in LIVE_STEP:
                 other.update(phase=StepPhase.CANCELLED.value, finishedAt=format_time(self.now))
-                job = self.jobs.get((step.name, Action.RUN, int(other["attempt"])))
-                if job is not None and job.state is JobState.ACTIVE and not job.deleting:
-                    self.plan.deletions.append(job)
                 self._log(
                     step.name,
                     int(other["attempt"]),
@@ -392,10 +409,22 @@ class _Supervisor:
         self._escalate(escalation, message)
 
     def _compensate(self) -> None:
-        """Undo the succeeded steps, newest first, one at a time."""
+        """Undo the succeeded steps, newest first, one at a time, once no other step runs."""
+        if any(job.action is Action.RUN and not job.finished for job in self.all_jobs):
+            return  # a cancelled step's Job is still being deleted (outdated_jobs()): its Job
+            # event wakes the run
+        for entry in self.entries.values():
+            # A cancelled attempt whose Job was never seen may have been created a moment ago
+            # (its watch event not in yet): it gets the time to show up, and to be deleted.
+            cancelled = parse_time(entry.get("finishedAt")) or self.now
+            unseen = entry["phase"] == StepPhase.CANCELLED and not entry.get("jobUid")
+            if unseen and cancelled + CREATION_GRACE > self.now:
+                self._wake(cancelled + CREATION_GRACE)
+                return
         done = sorted(
             (s for s in self.steps.steps if self.entries[s.name]["phase"] == StepPhase.SUCCEEDED),
-            key=lambda s: -int(self.entries[s.name].get("order", 0)),
+            key=lambda s: self._completion(self.entries[s.name]),
+            reverse=True,
         )
         for step in done:
             if step.compensate is None:
@@ -457,6 +486,29 @@ class _Supervisor:
 
     # What the shell does after the status write
 
+    @staticmethod
+    def _completion(entry: dict[str, Any]) -> tuple[datetime, int]:
+        """When a step finished (its Job's completion), then the order it was seen in."""
+        finished = parse_time(entry.get("finishedAt")) or datetime.min.replace(tzinfo=UTC)
+        return finished, int(entry.get("order", 0))
+
+    def outdated_jobs(self) -> list[StepJob]:
+        """Running Jobs of no current attempt (abandoned, cancelled, or of a run that failed):
+        deleted, in the foreground, on every pass until they are going."""
+        current = {
+            (name, action): int(part["attempt"])
+            for name, entry in self.entries.items()
+            for action, part in _parts(entry)
+            if isinstance(part, dict) and part.get("phase") == StepPhase.RUNNING
+        }
+        return [
+            job
+            for job in self.all_jobs
+            if not job.finished
+            and not job.deleting
+            and current.get((job.step, job.action)) != job.attempt
+        ]
+
     def missing_jobs(self) -> list[StepJobPlan]:
         """The current attempts whose Job does not exist: created after the status write."""
         missing = []
@@ -469,8 +521,9 @@ class _Supervisor:
                 if not current or current.get("phase") != StepPhase.RUNNING:
                     continue
                 attempt = int(current["attempt"])
-                if (step.name, action, attempt) not in self.jobs:
-                    missing.append(StepJobPlan(step.name, action, attempt))
+                if (step.name, action, attempt) not in self.jobs and not current.get("jobUid"):
+                    since = parse_time(current.get("startedAt")) or self.now
+                    missing.append(StepJobPlan(step.name, action, attempt, since))
         return missing
 
     def _log(
@@ -510,12 +563,28 @@ def _entries(status: dict[str, Any], steps: Steps) -> dict[str, dict[str, Any]]:
     entries = {}
     for step in steps.steps:
         entry = found.get(step.name) or {}
-        phase = entry.get("phase")
-        attempt = entry.get("attempt")
-        if phase not in set(StepPhase) or not isinstance(attempt, int) or attempt < 0:
+        if not _readable(entry):
             entry = {"name": step.name, "phase": StepPhase.PENDING.value, "attempt": 0}
+        compensation = entry.get("compensation")
+        if compensation is not None and not _readable(compensation):
+            entry.pop("compensation")
+        abandoned = entry.get("abandoned")
+        if abandoned is not None and not (
+            isinstance(abandoned, list) and all(type(n) is int for n in abandoned)
+        ):
+            entry["abandoned"] = []
+        if type(entry.get("order", 0)) is not int:
+            entry["order"] = 0
         entries[step.name] = entry
     return entries
+
+
+def _readable(entry: object) -> bool:
+    """A step's (or a compensation's) entry as the supervisor writes it."""
+    if not isinstance(entry, dict):
+        return False
+    attempt = entry.get("attempt")
+    return entry.get("phase") in set(StepPhase) and type(attempt) is int and attempt >= 0
 
 
 def _settled(run: RunView, jobs: list[StepJob]) -> list[StepJob]:

@@ -11,6 +11,7 @@ attempts and their heartbeat Leases, the releases, the Events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -118,22 +119,24 @@ class Supervisor:
             deleting=bool(metadata.get("deletionTimestamp")),
             generation=int(metadata.get("generation") or 1),
         )
-        names = [job.name for job in jobs]
-        plan = supervise(view, jobs, self.store.heartbeats(namespace, names), self._clock())
+        heartbeats = self.store.heartbeats(namespace, jobs)
+        plan = supervise(view, jobs, heartbeats, self._clock(), self.store.taken(key))
         ref = ObjectRef(namespace, name, view.uid, RUN_KIND)
         write = self.applier.status_write(
             ref, metadata["resourceVersion"], view.status, plan.status
         )
         if write is not None and plan.status != view.status:
             obj = await self._write_status(ref, write.version, write.patch)
+        # What the status now says happened, said at once: nothing after may keep it unsaid.
+        self._record(ref, obj, plan)
         for job in plan.deletions:
             await self._delete(namespace, job)
-        await self._create(obj, plan)
+        if await self._create(key, obj, plan):
+            self.wakeups.notify(key)  # a name someone else holds: a failed attempt, at once
         for job, seconds, since in plan.leases:
             await self._create_lease(namespace, job, seconds, since)
         for job in plan.releases:
             await self._release(namespace, job)
-        self._record(ref, obj, plan)
         return plan.wake_at
 
     async def _write_status(
@@ -162,14 +165,18 @@ class Supervisor:
             if error.status not in (404, 409):
                 raise
 
-    async def _create(self, run: dict[str, Any], plan: RunPlan) -> None:
+    async def _create(self, key: Key, run: dict[str, Any], plan: RunPlan) -> bool:
+        """Create the claimed attempts' Jobs (and heartbeat Leases); True if a Job that
+        cronlease did not write holds one's name."""
         if not plan.creations:
-            return
+            return False
         try:
             steps = steps_of_run(run["spec"])
         except SpecError:
-            return
+            return False
         leader, token = self.leadership.identity, self.leadership.token
+        namespace, uid = run["metadata"]["namespace"], run["metadata"]["uid"]
+        conflict = False
         for planned in plan.creations:
             step = steps.step(planned.step)
             if step is None:
@@ -181,20 +188,20 @@ class Supervisor:
             except ApiError as error:
                 if error.status != 409:
                     raise
-                created = await self.api.get_job(
-                    run["metadata"]["namespace"], job["metadata"]["name"]
-                )
-                if not step_job_info(created).trusted:
-                    log.warning(
-                        "step Job %s exists and is not cronlease's", job["metadata"]["name"]
-                    )
+                created = await self.api.get_job(namespace, job["metadata"]["name"])
             else:
                 metrics.step_attempts.labels(planned.action.value).inc()
+            info = step_job_info(created)
+            if not info.trusted or info.run_uid != uid:
+                log.warning("step Job %s exists and is not this run's", info.name)
+                self.store.name_taken(key, (planned.step, planned.action, planned.attempt))
+                conflict = True
+                continue
             self.store.upsert_step_job(created)
             if step.heartbeat_seconds and planned.action is Action.RUN:
-                info = step_job_info(created)
-                namespace = run["metadata"]["namespace"]
-                await self._create_lease(namespace, info, step.heartbeat_seconds, self._clock())
+                since = planned.since or self._clock()
+                await self._create_lease(namespace, info, step.heartbeat_seconds, since)
+        return conflict
 
     async def _create_lease(
         self, namespace: str, job: StepJob, seconds: int, since: datetime
@@ -227,10 +234,18 @@ class Supervisor:
             return
         metrics.escalations.labels(plan.escalation.value).inc()
         owner = _scheduledjob_of(run)
+        escalated = next(e for e in plan.log if e.action == "Escalated")
         if owner is not None:
             self.applier.event(
-                owner, "Warning", "Escalated", f"run {ref.name}: {plan.log[-1].message}"
+                owner, "Warning", "Escalated", f"run {ref.name}: {escalated.message}"
             )
+
+    async def finish(self, grace: float) -> None:
+        """A graceful stop, once run() is cancelled: the supervisions in flight complete their
+        writes for up to `grace` seconds while the Lease is still ours."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self.drain()
 
     async def drain(self) -> None:
         while self._tasks:

@@ -60,3 +60,13 @@ def test_it_needs_a_lease_to_renew(monkeypatch: pytest.MonkeyPatch) -> None:
         parse_args([])
     monkeypatch.setenv("CRONLEASE_HEARTBEAT_LEASE", "close-s1")
     assert parse_args([]).lease == "close-s1"
+
+
+async def test_a_lease_not_made_yet_is_waited_for() -> None:
+    """The operator creates the Lease right after the Job: the pod may start first."""
+    server = FakeApiServer()
+    lease_on(server)
+    server.fail("PATCH", "/leases/close-s1", 404, "not yet", times=2)
+    server.fail("PATCH", "/leases/close-s1", 404, "gone now", skip=2)  # after one renewal
+    why = await renew_forever(KubeApi(server), "bank", "close-s1", lambda: NOW, interval=0.001)
+    assert why.endswith("gone now")

@@ -193,6 +193,13 @@ def test_a_step_past_its_attempts_stops_the_others_and_compensates_newest_first(
     assert plan.escalation is Escalation.RETRIES_EXHAUSTED
     assert phases(plan)["slow"] == ("Cancelled", 1)
     assert [j.name for j in plan.deletions] == ["slow-run-1"]
+    assert plan.creations == []  # nothing is undone while another step still runs
+    again = run_through(steps, jobs, T0, plan.status)
+    assert [j.name for j in again.deletions] == ["slow-run-1"]  # until it is going
+    going = [*jobs[:3], job("slow", deleting=True)]
+    assert run_through(steps, going, T0, plan.status).deletions == []
+    jobs = jobs[:3]  # its Job is gone
+    plan = run_through(steps, jobs, T0, plan.status)
     assert plan.creations == [StepJobPlan("b", Action.COMPENSATE, 1)]  # the newest first
     undone_b = [*jobs, job("b", state=JobState.SUCCEEDED, action=Action.COMPENSATE)]
     plan = run_through(steps, undone_b, T0, plan.status)
@@ -377,3 +384,72 @@ def test_a_runs_status_stays_small_at_twenty_steps() -> None:
     print(f"a Run's status at 20 steps, worst case: {size} bytes")
     assert len(status["recoveryLog"]) == 20
     assert size < 24_000, size
+
+
+def test_a_cancelled_attempt_never_seen_gets_time_to_show_before_compensation() -> None:
+    """Its Job may have been created a moment ago, its watch event not in yet: compensating at
+    once could undo a step while another still runs."""
+    undo = Compensation(TEMPLATE, RetryPolicy(max_attempts=1))
+    steps = Steps(
+        (
+            Step("a", TEMPLATE, compensate=undo),
+            Step("b", TEMPLATE, ("a",)),
+            Step("c", TEMPLATE, ("a",)),
+        )
+    )
+    status = status_at(steps, ("a", "Succeeded", 1), ("b", "Running", 1), ("c", "Running", 1))
+    jobs = [job("a", state=JobState.SUCCEEDED), job("b", state=JobState.FAILED)]  # c unseen
+    plan = run_through(steps, jobs, T0, status)
+    assert phases(plan)["c"] == ("Cancelled", 1)
+    assert plan.creations == []
+    assert plan.wake_at == T0 + timedelta(seconds=30)
+    seen = run_through(steps, [*jobs, job("c")], T0 + timedelta(seconds=1), plan.status)
+    assert [j.name for j in seen.deletions] == ["c-run-1"]  # it showed up: deleted first
+    assert seen.creations == []
+    later = run_through(steps, jobs, T0 + timedelta(seconds=30), plan.status)
+    assert later.creations == [StepJobPlan("a", Action.COMPENSATE, 1)]  # never came: go on
+
+
+def test_an_attempt_whose_job_was_seen_and_vanished_is_lost_not_made_again() -> None:
+    """Its finalizer removed and the Job deleted (a tenant may): the attempt failed; the same
+    attempt's Job is never created twice."""
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Running", 1))
+    seen = run_through(steps, [job("snapshot")], T0, status)
+    assert seen.status["steps"][0]["jobUid"] == "uid-snapshot-run-1"
+    gone = run_through(steps, [], T0, seen.status)
+    assert gone.status["steps"][0]["reason"] == "JobDeleted"
+    assert gone.creations == []
+
+
+def test_a_name_someone_else_holds_fails_the_attempt() -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    jobs = [job("snapshot", state=JobState.SUCCEEDED)]
+    plan = supervise(view(steps, status), jobs, {}, T0, frozenset({("interest", Action.RUN, 1)}))
+    entry = plan.status["steps"][1]
+    assert (entry["phase"], entry["reason"]) == ("Retrying", "NameConflict")  # attempt 2 next
+    assert plan.creations == []
+
+
+@pytest.mark.parametrize(
+    "mangled",
+    [{"compensation": "x"}, {"abandoned": 7}, {"order": "first"}, {"compensation": {"phase": 1}}],
+)
+def test_a_mangled_field_of_a_step_entry_is_read_as_absent(mangled: dict[str, Any]) -> None:
+    steps = bank_close()
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    status["steps"][0].update(mangled)
+    plan = run_through(steps, [job("snapshot", state=JobState.SUCCEEDED)], T0, status)
+    assert phases(plan)["interest"] == ("Running", 1)
+
+
+def test_step_job_names_leave_room_for_their_pods_names() -> None:
+    """The API server cuts a pod's generateName to 58 characters: "<job>-" must fit whole, or
+    the heartbeat policy would not know the attempt's own pods."""
+    from cronlease.stepjob import MAX_STEP_JOB_NAME, step_job_name
+
+    name = step_job_name("x" * 52, "x" * 52 + "-29412000", "interest", Action.RUN, 1)
+    assert len(name) == MAX_STEP_JOB_NAME == 57
+    other = step_job_name("x" * 52, "x" * 52 + "-29412000", "interest", Action.RUN, 2)
+    assert name != other

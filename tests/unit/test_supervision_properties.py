@@ -57,6 +57,7 @@ class World:
     status: dict[str, Any] = field(default_factory=dict)
     jobs: dict[str, StepJob] = field(default_factory=dict)  # what exists in the API
     hidden: set[str] = field(default_factory=set)  # created, watch event not in yet
+    fresh: set[str] = field(default_factory=set)  # created by the last plan applied
     gone: set[str] = field(default_factory=set)  # existed, deleted for good
     renewed: dict[str, datetime] = field(default_factory=dict)
     completions: list[str] = field(default_factory=list)  # steps, in order of success
@@ -66,6 +67,7 @@ class World:
         return [job for name, job in self.jobs.items() if name not in self.hidden]
 
     def supervise(self, lose_write: bool) -> None:
+        self.fresh -= {name for name in self.fresh if name not in self.hidden}  # seen now
         before = copy.deepcopy(self.status)
         plan = supervise(
             RunView("close", "bank", "run-uid", snapshot(self.steps), before),
@@ -91,6 +93,10 @@ class World:
                 assert entry["phase"] == "Running"
             else:
                 self.compensated.append(planned.step)
+                running = [n for n, j in self.jobs.items()
+                           if j.action is Action.RUN and j.state is JobState.ACTIVE]  # fmt: skip
+                assert not running, f"compensating while {running} still run"
+            self.fresh.add(name)
             if name not in self.jobs:  # else AlreadyExists: the same Job
                 self.jobs[name] = StepJob(
                     name, name, "run-uid", planned.step, planned.action, planned.attempt,
@@ -177,8 +183,9 @@ def test_every_attempt_runs_once_and_every_run_ends(
         target = active[pick % len(active)] if active else None
         if event in ("supervise", "lost-write"):
             world.supervise(lose_write=event == "lost-write")
-        elif event == "tick":
+        elif event == "tick":  # time passes: every watch event is in
             world.now += timedelta(seconds=pick * 2)
+            world.hidden.clear()
         elif target is None:
             continue
         elif event == "beat":
@@ -189,8 +196,9 @@ def test_every_attempt_runs_once_and_every_run_ends(
             else:
                 del world.jobs[target]
                 world.gone.add(target)
-        elif event == "late-watch":
-            world.hidden.add(target)
+        elif event == "late-watch":  # a Job just created, its watch event not in yet
+            if target in world.fresh:
+                world.hidden.add(target)
         else:
             state = JobState.SUCCEEDED if event == "succeed" else JobState.FAILED
             reason = NOT_RETRYABLE if event == "fail-for-good" else "BackoffLimitExceeded"

@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 from builders import NAMESPACE, job_template
-from shell import Shell
+from shell import NOW, Shell
 
 from cronlease.applier import NotLeading
+from cronlease.jobinfo import JobState
 from cronlease.kube import JOBS, LEASES, RUNS, TransportError
 from cronlease.leadership import ElectionConfig, LeaseElector
 from cronlease.model import Key
 from cronlease.naming import FINALIZER_SLOT_RECORD
 from cronlease.runstore import RunStore
 from cronlease.stepjob import LABEL_STEP
+from cronlease.supervision import Action, StepJob
 from cronlease.supervisor import StaleRun, Supervisor
 from cronlease.wakeups import WakeupQueue
 
@@ -39,7 +41,7 @@ class Steps:
     def __init__(self, shell: Shell) -> None:
         self.shell = shell
         self.wakeups: WakeupQueue[Key] = WakeupQueue()
-        self.store = RunStore(self.wakeups.notify)
+        self.store = RunStore(self.wakeups.notify, clock=lambda: shell.now)
         listed = asyncio.Event()
         listed.set()
         self.supervisor = Supervisor(
@@ -254,3 +256,29 @@ async def test_a_deleted_heartbeat_lease_is_made_again_without_extending_the_att
     again = steps.shell.server.get(*LEASES, NAMESPACE, second)
     assert again is not None
     assert again["spec"]["renewTime"] == first["spec"]["renewTime"]  # the claim, not now
+
+
+def test_a_heartbeat_counts_when_it_is_seen_and_only_on_the_attempts_own_lease() -> None:
+    """A node whose clock runs ahead cannot defer the timeout; a Lease of that name owned by
+    something else is no heartbeat."""
+    seen_at = NOW
+    store = RunStore(lambda key: None, clock=lambda: seen_at)
+
+    def lease(owner: str, renew: str, version: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": "close-s1", "namespace": NAMESPACE, "resourceVersion": version,
+                "labels": {"cronlease.io/run": "close-1"},
+                "ownerReferences": [{"uid": owner}],
+            },
+            "spec": {"renewTime": renew},
+        }  # fmt: skip
+
+    attempt = StepJob("close-s1", "job-uid", "run-uid", "interest", Action.RUN, 1, JobState.ACTIVE)
+    store.upsert_lease(lease("job-uid", "2099-01-01T00:00:00.000000Z", "1"))
+    assert store.heartbeats(NAMESPACE, [attempt]) == {"close-s1": NOW}
+    seen_at = NOW + timedelta(seconds=5)
+    store.upsert_lease(lease("job-uid", "2099-01-01T00:00:00.000000Z", "2"))  # no renewal
+    assert store.heartbeats(NAMESPACE, [attempt]) == {"close-s1": NOW}
+    store.upsert_lease(lease("someone-else", "2099-01-01T00:00:01.000000Z", "3"))
+    assert store.heartbeats(NAMESPACE, [attempt]) == {}
