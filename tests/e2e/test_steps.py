@@ -6,6 +6,7 @@ Lease, or stops renewing it."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -299,3 +300,18 @@ def test_the_heartbeat_sidecar_renews_its_own_attempts_lease_and_no_other_pod_ca
         renewer.wait(10)
     assert run["status"]["phase"] == "Succeeded", run["status"]
     assert steps_of(run)["apply-interest"]["attempt"] == 1  # renewed past its 8 s timeout
+
+
+def test_steps_cannot_be_added_to_a_scheduledjob_that_exists(
+    kube: Kube, namespace: str, crd: str
+) -> None:
+    """A slot's run would change kind (a Job, then a Run of the same name, which never collide):
+    a lost create could then run one slot twice. The CRD refuses the switch."""
+    manifest = bank_close(namespace, step("snapshot"))
+    template = manifest["spec"].pop("steps")[0]["jobTemplate"]
+    manifest["spec"]["jobTemplate"] = template
+    kube.apply(manifest)
+    switched = bank_close(namespace, step("snapshot"))
+    result = kube.run("apply", "-f", "-", stdin=json.dumps(switched), check=False)
+    assert result.returncode != 0
+    assert "steps cannot be added or removed" in result.stderr, result.stderr
