@@ -304,6 +304,32 @@ async def wait_until(instant: float) -> None:
     await asyncio.sleep(max(0.0, instant - time.time()))
 
 
+# kube-apiserver's CPU profile (it serves /debug/pprof with --profiling, its default), taken
+# through kubectl as the admin (KUBECONFIG) over PROFILE_SECONDS from `at`: where its time goes
+# during a burst (issue 19, item 1). `go tool pprof -top` turns it into the report's table.
+PROFILE_SECONDS = 20
+
+
+async def profile_apiserver(out: Path | None, name: str, at: float) -> None:
+    if out is None:
+        return
+    await wait_until(at)
+    process = await asyncio.create_subprocess_exec(
+        "kubectl", "get", "--raw", f"/debug/pprof/profile?seconds={PROFILE_SECONDS}",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    profile, _ = await process.communicate()
+    path = out / f"{name}.pprof"
+    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
+    await asyncio.to_thread(path.write_bytes, profile)
+    top = await asyncio.create_subprocess_exec(
+        "go", "tool", "pprof", "-top", "-nodecount=40", str(path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    text, _ = await top.communicate()
+    await asyncio.to_thread((out / f"{name}.top.txt").write_bytes, text)
+
+
 # The phases
 
 
@@ -315,6 +341,7 @@ async def run_phase(
     slots: int,
     run_id: str,
     sampler: CostSampler,
+    profiles: Path | None = None,
 ) -> Phase:
     namespace = f"bench-{controller}-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
@@ -337,6 +364,9 @@ async def run_phase(
     first = next_minute(ready + 10)
     measured = [datetime.fromtimestamp(first.timestamp() + 60 * i, UTC) for i in range(slots)]
     phase = Phase(controller, n, [s.isoformat() for s in measured], expected=n * slots)
+    profiling = asyncio.create_task(
+        profile_apiserver(profiles, f"{controller}-{n}", first.timestamp() - 1)
+    )
     deadline = measured[-1].timestamp() + 55
     while time.time() < deadline:
         if len(watcher.lags_for(measured)) >= n * slots:
@@ -351,6 +381,7 @@ async def run_phase(
     burst = sampler.window(first.timestamp(), first.timestamp() + max(phase.burst_seconds, 0) + 3)
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
+    await profiling
     print(
         f"  {controller}: N={n} p50={_lag(phase.percentile(0.5))} "
         f"p99={_lag(phase.percentile(0.99))} "
@@ -374,7 +405,9 @@ async def wait_settled(api: KubeApi, path: str, n: int) -> float:
     raise RuntimeError(f"the operator never acknowledged all {n} ScheduledJobs in {path}")
 
 
-async def raw_create_rate(api: KubeApi, n: int, run_id: str, suspended: bool) -> float:
+async def raw_create_rate(
+    api: KubeApi, n: int, run_id: str, suspended: bool, profiles: Path | None = None
+) -> float:
     """Jobs/s a plain client gets when it creates N Jobs at once. The same Jobs as the
     controllers make (pods follow, through the Job controller and kwok) are the fair reference;
     suspended ones, with no pods, show what the API server alone can take."""
@@ -382,6 +415,8 @@ async def raw_create_rate(api: KubeApi, n: int, run_id: str, suspended: bool) ->
     await create_namespace(api, namespace)
     template = job_template(f"{run_id}-raw")
     template["spec"]["suspend"] = suspended
+    name = f"raw{'-suspended' if suspended else ''}-{n}"
+    profiling = asyncio.create_task(profile_apiserver(profiles, name, time.time()))
     started = time.perf_counter()
     await gather_bounded(
         (
@@ -402,6 +437,7 @@ async def raw_create_rate(api: KubeApi, n: int, run_id: str, suspended: bool) ->
         CREATE_CONCURRENCY,
     )
     elapsed = time.perf_counter() - started
+    await profiling
     await delete_namespaces(api, [namespace])
     return n / elapsed
 
@@ -617,11 +653,16 @@ async def measure(
         for n in args.n:
             print(f"N={n}", flush=True)
             entry: dict[str, Any] = {}
+            profiles = Path(args.profile) if args.profile else None
             for controller in ("cronlease", "cronjob"):
-                phase = await run_phase(api, watcher, controller, n, args.slots, run_id, sampler)
+                phase = await run_phase(
+                    api, watcher, controller, n, args.slots, run_id, sampler, profiles
+                )
                 phases.append(phase)
                 entry[controller] = phase.summary()
-            entry["raw_jobs_per_s"] = await raw_create_rate(api, n, run_id, suspended=False)
+            entry["raw_jobs_per_s"] = await raw_create_rate(
+                api, n, run_id, suspended=False, profiles=profiles
+            )
             entry["raw_suspended_jobs_per_s"] = await raw_create_rate(
                 api, n, run_id, suspended=True
             )
@@ -667,6 +708,10 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2, help="measured slots per controller and N")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--profile",
+        help="a directory for kube-apiserver's CPU profiles during each burst (and tables)",
+    )
     parser.add_argument(
         "--kubeconfig", help="an admin kubeconfig (default: start the local cluster)"
     )

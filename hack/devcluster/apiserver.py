@@ -40,7 +40,9 @@ def start(
         f"--api-audiences={ISSUER}",
         "--authorization-mode=RBAC",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--profiling=false",
+        # /debug/pprof, for cluster admins only: bench/bench.py --profile takes CPU profiles
+        # during bursts (issue 19).
+        "--profiling=true",
         # Loopback cannot be advertised in the kubernetes Service's endpoints; nothing
         # in this cluster reaches the API through that Service anyway.
         "--endpoint-reconciler-type=none",
