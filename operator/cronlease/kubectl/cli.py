@@ -8,9 +8,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from cronlease.kubectl.errors import PluginError
+
+if TYPE_CHECKING:
+    from cronlease.kubectl.client import Api
 
 # The chart's defaults (manifests/helm/cronlease): where the operator's Lease lives.
 LEASE_NAMESPACE = "cronlease-system"
@@ -105,10 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
-    # Imported here: `--help` and usage errors need neither the client nor the schedule code.
-    from cronlease.kubectl import commands
-
+def connect(kubeconfig: str | None, context: str | None) -> Api:
+    """The API client, imported only by commands that reach a cluster (`next --schedule` lints
+    anywhere, the operator's environment included)."""
     try:
         from cronlease.kubectl.client import Api
     except ImportError as error:  # installed without its group: the operator's environment
@@ -116,10 +118,16 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             f"the kubernetes client is missing ({error}): install the plugin with "
             "`pip install 'cronlease[plugin]'` in its own environment (`make plugin`)"
         ) from None
+    return Api(kubeconfig, context)
+
+
+def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    # Imported here: `--help` and usage errors need neither the client nor the schedule code.
+    from cronlease.kubectl import commands
 
     args = build_parser().parse_args(argv)
     ctx = commands.Context(
-        connect=lambda: Api(args.kubeconfig, args.context),
+        connect=lambda: connect(args.kubeconfig, args.context),
         namespace=args.namespace,
         all_namespaces=args.all_namespaces,
         output=args.output or "table",

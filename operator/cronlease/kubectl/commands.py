@@ -9,11 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from cronlease import GROUP, REQUEST_KIND, VERSION
-from cronlease.cron import ScheduleError
-from cronlease.kubectl.client import Api
+from cronlease.cron import Schedule, ScheduleError
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.firing import DST_RULE, MAX_COUNT, has_dst, next_firings
@@ -35,6 +34,9 @@ from cronlease.naming import (
 from cronlease.pausing import PAUSED
 from cronlease.runrequest import MAX_TARGETS
 from cronlease.schedules import ScheduleSet
+
+if TYPE_CHECKING:  # the client is imported only where a command reaches a cluster (cli.connect)
+    from cronlease.kubectl.client import Api
 
 T = TypeVar("T")
 POLL_SECONDS = 0.5
@@ -68,7 +70,9 @@ class Context:
 
     @property
     def ns(self) -> str:
-        return self.namespace or self.api.default_namespace
+        if self.namespace is not None:
+            return check_name(self.namespace, "namespace")
+        return self.api.default_namespace
 
     @property
     def scope(self) -> str | None:
@@ -120,7 +124,8 @@ def cmd_next(
     if name is not None:
         if expressions:
             raise PluginError("give a ScheduledJob's name or --schedule, not both")
-        subject = subject_of(ctx.api.scheduled_job(ctx.ns, check_name(name)))
+        check_name(name)
+        subject = subject_of(ctx.api.scheduled_job(ctx.ns, name))
         schedule = subject.spec.schedule
         if schedule is None:
             assert subject.spec.run_at is not None
@@ -130,7 +135,10 @@ def cmd_next(
         if not expressions:
             raise PluginError("give a ScheduledJob's name, or --schedule EXPR")
         try:
-            schedule = ScheduleSet.parse_all(expressions, zone or "UTC", now)
+            if len(expressions) == 1:
+                schedule = Schedule.parse(expressions[0], zone or "UTC", now)
+            else:
+                schedule = ScheduleSet.parse_all(expressions, zone or "UTC", now)
         except ScheduleError as error:
             raise PluginError(f"invalid: {error}") from None
     firings = next_firings(schedule, after, count)
@@ -151,7 +159,12 @@ def cmd_next(
     if has_dst(schedule.time_zone, after):
         ctx.print(f"DST rule: {DST_RULE}")
     rows = [
-        [f.local.strftime("%Y-%m-%d %H:%M:%S %Z"), format_time(f.slot), relative(f.slot, now), f.note]
+        [
+            f.local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            format_time(f.slot),
+            relative(f.slot, now),
+            f.note,
+        ]
         for f in firings
     ]
     ctx.print(table([f"LOCAL ({schedule.time_zone})", "UTC", "WHEN", "NOTE"], rows))
@@ -192,7 +205,8 @@ def _targets(ctx: Context, name: str | None, selector: str | None) -> list[tuple
     if (name is None) == (selector is None):
         raise PluginError("give a ScheduledJob's name or -l SELECTOR")
     if name is not None:
-        ctx.api.scheduled_job(ctx.ns, check_name(name))
+        check_name(name)
+        ctx.api.scheduled_job(ctx.ns, name)
         return [(ctx.ns, name)]
     found = ctx.api.scheduled_jobs(ctx.scope, selector or "")
     if not found:
@@ -226,7 +240,8 @@ def cmd_suspend(ctx: Context, name: str | None, selector: str | None, suspend: b
 
 
 def cmd_history(ctx: Context, name: str) -> int:
-    obj = ctx.api.scheduled_job(ctx.ns, check_name(name))
+    check_name(name)
+    obj = ctx.api.scheduled_job(ctx.ns, name)
     rows = history(obj, ctx.api.jobs(ctx.ns, f"{LABEL_SCHEDULEDJOB}={name}"))
     if ctx.structured():
         ctx.emit([row.as_dict() for row in rows])
@@ -288,7 +303,9 @@ def cmd_dead_letters(ctx: Context, name: str | None) -> int:
 
 
 def cmd_leader(ctx: Context, lease_namespace: str, lease_name: str) -> int:
-    lease = ctx.api.lease(check_name(lease_namespace, "namespace"), check_name(lease_name))
+    check_name(lease_namespace, "namespace")
+    check_name(lease_name)
+    lease = ctx.api.lease(lease_namespace, lease_name)
     jobs = ctx.api.jobs(None, LABEL_SCHEDULEDJOB)
     pods = ctx.api.pods(lease_namespace, "app.kubernetes.io/name=cronlease")
     view = leader(lease, jobs, pods)
@@ -362,9 +379,10 @@ def _request(ctx: Context, target: str, action: dict[str, Any], policy: str) -> 
 
 
 def cmd_backfill(ctx: Context, name: str, low: str, high: str, policy: str) -> int:
-    subject = subject_of(ctx.api.scheduled_job(ctx.ns, check_name(name)))
+    check_name(name)
     now = ctx.clock()
     start, end = parse_window(low, high, now)
+    subject = subject_of(ctx.api.scheduled_job(ctx.ns, name))
     if end > now:
         raise PluginError(f"--to {format_time(end)} is in the future: a backfill runs past slots")
     schedule = subject.spec.schedule
@@ -382,13 +400,16 @@ def cmd_replay(ctx: Context, runs: list[str], dead_letters_of: str | None, polic
     if dead_letters_of is not None:
         if runs:
             raise PluginError("give runs to replay, or --dead-letters NAME, not both")
-        ctx.api.scheduled_job(ctx.ns, check_name(dead_letters_of))
+        check_name(dead_letters_of)
+        ctx.api.scheduled_job(ctx.ns, dead_letters_of)
         return _request(ctx, dead_letters_of, {"replay": {"deadLetters": True}}, policy)
     if not runs:
         raise PluginError("give the runs to replay (Job names), or --dead-letters NAME")
+    for run in runs:
+        check_name(run, "run")
     owners = set()
     for run in runs:
-        job = ctx.api.job(ctx.ns, check_name(run, "run"))
+        job = ctx.api.job(ctx.ns, run)
         labels = ((job or {}).get("metadata") or {}).get("labels") or {}
         owner = labels.get(LABEL_SCHEDULEDJOB)
         if job is None or not owner:
@@ -456,7 +477,8 @@ def cmd_audit(ctx: Context, name: str | None, low_text: str | None, high_text: s
     if name is None and not ctx.all_namespaces:
         raise PluginError("give a ScheduledJob's name, or -A for all of them")
     if name is not None:
-        objects = [ctx.api.scheduled_job(ctx.ns, check_name(name))]
+        check_name(name)
+        objects = [ctx.api.scheduled_job(ctx.ns, name)]
     else:
         objects = ctx.api.scheduled_jobs(None)
     jobs = ctx.api.jobs(None if name is None else ctx.ns)
