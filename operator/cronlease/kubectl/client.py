@@ -18,7 +18,6 @@ from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
 from cronlease.kubectl.errors import PluginError
 
 T = TypeVar("T")
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class Api:
@@ -62,6 +61,7 @@ class Api:
         return _items(self._call(call, "scheduledjobs"))
 
     def patch_scheduled_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch (the client's choice for custom objects): null removes a key."""
         self._call(
             lambda: self.custom.patch_namespaced_custom_object(
                 GROUP,
@@ -70,7 +70,6 @@ class Api:
                 PLURAL,
                 name,
                 patch,
-                _content_type=MERGE_PATCH,
                 _preload_content=False,
             ),
             f"scheduledjob {name!r} in namespace {namespace!r}",
@@ -126,9 +125,10 @@ class Api:
         )
 
     def patch_cronjob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch (the client's choice for a dict body on a built-in kind)."""
         return self._call(
             lambda: self.batch.patch_namespaced_cron_job(
-                name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+                name, namespace, patch, _preload_content=False
             ),
             f"cronjob {name!r} in namespace {namespace!r}",
         )

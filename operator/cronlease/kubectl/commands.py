@@ -587,6 +587,8 @@ def cmd_adopt(ctx: Context, target: str, dry_run: bool, zone: str) -> int:
     final = translate(ctx.api.cronjob(ctx.ns, name), ctx.clock(), zone)
     last = max([final.start_after, *(_slots_of(ctx, uid))])
     manifest = final.manifest
+    if not user_suspended:  # read after our own suspension: the CronJob's spec says suspended
+        manifest["spec"].pop("suspend", None)
     manifest["metadata"]["annotations"][ANNOTATION_START_AFTER] = format_time(last)
     manifest["metadata"]["namespace"] = ctx.ns
     created = ctx.api.create_scheduled_job(ctx.ns, manifest)
