@@ -312,6 +312,35 @@ def cronjob(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
+def cronjob_job(
+    name: str, namespace: str, uid: str, minutes: int, prefix: str | None = None
+) -> dict[str, Any]:
+    """A Job as the CronJob's controller makes it for the slot `minutes` (since the epoch)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{prefix or name}-{minutes}",
+            "namespace": namespace,
+            "annotations": {
+                "batch.kubernetes.io/cronjob-scheduled-timestamp": stamp(
+                    datetime.fromtimestamp(minutes * 60, UTC)
+                )
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "CronJob",
+                    "name": name,
+                    "uid": uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"backoffLimit": 0, "template": kwok_pod_template()},
+    }
+
+
 def slot_of(job: dict[str, Any]) -> int:
     """The slot in minutes since the epoch, from the name CronJob and cronlease both give it."""
     return int(job["metadata"]["name"].rsplit("-", 1)[1])
@@ -339,10 +368,18 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
     sj = kube.get("scheduledjob", "every-minute", namespace)
     assert "cronlease.io/start-after" not in sj["metadata"].get("annotations", {})
     assert sj["spec"].get("suspend") is not True  # suspended by adopt, not by its owner
+    # The CronJob's controller creating the next slot's Job late, after adopt read its last slot
+    # (a sync slower than the settle time): the same name as cronlease's run of that slot.
+    cron = kube.get("cronjob", "every-minute", namespace)
+    late = max(slot_of(j) for j in kube.items("jobs", namespace)) + 1
+    assert datetime.now(UTC) < datetime.fromtimestamp(late * 60 - 5, UTC), "too near the slot"
+    kube.create(cronjob_job("every-minute", namespace, cron["metadata"]["uid"], late))
     # Two slots of cronlease's own after the handover.
     wait_for(
-        lambda: len(jobs_of(kube, namespace, "every-minute")) >= 2, 150, "two runs by cronlease", 1
+        lambda: len(jobs_of(kube, namespace, "every-minute")) >= 2, 200, "two runs by cronlease", 1
     )
+    # cronlease met the CronJob's Job under the slot's name: recorded, not run again.
+    assert status_of(kube, namespace, "every-minute")["slotsSkipped"] == {"NameConflict": 1}
 
     jobs = kube.items("jobs", namespace)
     by_cronjob = [j for j in jobs if j["metadata"]["ownerReferences"][0]["kind"] == "CronJob"]
@@ -371,34 +408,11 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
     owners = [s["detail"].endswith("(cronjob/every-minute) Succeeded") for s in data["slots"]]
     assert owners == [True] * len(by_cronjob) + [False] * len(by_cronlease)
 
-    # A second run of a slot cronlease ran (as a CronJob's Job would be): the audit says doubled
-    # and exits 1.
-    cron = kube.get("cronjob", "every-minute", namespace)
+    # A second run of a slot cronlease ran (a CronJob's Job under another name): the audit says
+    # doubled and exits 1.
     twice = max(slot_of(j) for j in by_cronlease)
     kube.create(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": f"every-minute-extra-{twice}",
-                "namespace": namespace,
-                "annotations": {
-                    "batch.kubernetes.io/cronjob-scheduled-timestamp": stamp(
-                        datetime.fromtimestamp(twice * 60, UTC)
-                    )
-                },
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "CronJob",
-                        "name": "every-minute",
-                        "uid": cron["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {"backoffLimit": 0, "template": kwok_pod_template()},
-        }
+        cronjob_job("every-minute", namespace, cron["metadata"]["uid"], twice, "every-minute-extra")
     )
     doubled = plugin.run(
         "audit",
