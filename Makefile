@@ -39,7 +39,7 @@ controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-sched
 	bash hack/kube-state-metrics/build.sh
 
 # Rebuilt when an input of the Dockerfile or of the build scripts changed (bases: hack/image/bases.sh).
-$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wildcard operator/cronlease/*.py) $(wildcard hack/image/*)
+$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wildcard operator/cronlease/*.py) $(wildcard operator/cronlease/kubectl/*.py) $(wildcard hack/image/*)
 	bash hack/image/build.sh
 
 image: $(IMAGE_ARCHIVE) ## the operator image from Dockerfile, by buildah, into .cache/image/cronlease-<version>.oci.tar

@@ -107,12 +107,13 @@ def _manifest(
     }
     annotations[ANNOTATION_ADOPTED_FROM] = f"cronjob/{name}"
     annotations[ANNOTATION_START_AFTER] = format_time(start_after)
-    new_metadata: dict[str, Any] = {"name": name, "annotations": annotations}
+    new_metadata: dict[str, Any] = {"name": name}
     if isinstance(metadata.get("namespace"), str):
         new_metadata["namespace"] = metadata["namespace"]
     labels = _mapping(metadata.get("labels"))
     if labels:
         new_metadata["labels"] = dict(labels)
+    new_metadata["annotations"] = annotations
     job_template: dict[str, Any] = {"spec": copy.deepcopy(template["spec"])}
     template_metadata = {
         key: value
