@@ -33,6 +33,7 @@ class FakeApi:
         self.job_list: list[dict[str, Any]] = []
         self.operator_decides = True
         self.admits_run_now = True
+        self.refuse_creation = ""
 
     def cronjob(self, namespace: str, name: str) -> dict[str, Any]:
         if name not in self.cronjobs:
@@ -56,6 +57,8 @@ class FakeApi:
         return self.sjs[name]
 
     def create_scheduled_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse_creation:
+            raise PluginError(self.refuse_creation)
         self.writes.append(("create-sj", body["metadata"]["name"], body))
         created = {**body, "metadata": {**body["metadata"], "uid": "sj-uid"}, "status": {}}
         if self.operator_decides:
@@ -177,6 +180,19 @@ def test_adopt_without_an_operator_times_out_with_the_seed_in_place() -> None:
         commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
     # The seed stays: the operator's first decision, whenever it comes, starts from it.
     assert [kind for kind, _, _ in api.writes] == ["patch-cronjob", "create-sj"]
+
+
+def test_a_refused_creation_resumes_the_cronjob_it_suspended() -> None:
+    api = FakeApi()
+    api.cronjobs["nightly"] = a_cronjob()
+    api.refuse_creation = "scheduledjob 'nightly': forbidden (403)"
+    ctx, _ = context(api)
+    with pytest.raises(PluginError, match=r"\(cronjob/nightly resumed: nothing was handed over\)"):
+        commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+    assert [patch for kind, _, patch in api.writes] == [
+        {"spec": {"suspend": True}},
+        {"spec": {"suspend": False}},
+    ]
 
 
 def test_a_dry_run_writes_nothing() -> None:

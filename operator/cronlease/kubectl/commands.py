@@ -557,52 +557,34 @@ def cmd_adopt(ctx: Context, target: str, dry_run: bool, zone: str) -> int:
         raise PluginError(f"adopt takes cronjob/NAME, not {target!r}")
     check_name(name)
     cronjob = ctx.api.cronjob(ctx.ns, name)
-    adoption = translate(cronjob, ctx.clock(), zone)
+    adoption = translate(cronjob, ctx.clock(), zone)  # refuses what cronlease reads differently
     if dry_run:
         _print_adoption(ctx, adoption.manifest, adoption.differences)
         return 0
     if _existing(ctx, name):
         raise PluginError(f"scheduledjob/{name} exists already in {ctx.ns}")
     user_suspended = (cronjob.get("spec") or {}).get("suspend") is True
-    uid = cronjob["metadata"]["uid"]
     if not user_suspended:
         ctx.api.patch_cronjob(ctx.ns, name, {"spec": {"suspend": True}})
         ctx.err.write(f"cronjob.batch/{name} suspended\n")
-    suspended_at = time.monotonic()
-    policy = (cronjob.get("spec") or {}).get("concurrencyPolicy") or "Allow"
+    try:
+        manifest, last = _handover(ctx, cronjob, zone, user_suspended)
+        created = ctx.api.create_scheduled_job(ctx.ns, manifest)
+    except PluginError as error:
+        if user_suspended:
+            raise
+        # No ScheduledJob exists: nothing of cronlease runs, so the CronJob may run again.
+        ctx.api.patch_cronjob(ctx.ns, name, {"spec": {"suspend": False}})
+        raise PluginError(f"{error} (cronjob/{name} resumed: nothing was handed over)") from None
+    ctx.err.write(f"scheduledjob.{GROUP}/{name} created, its cursor at {format_time(last)}\n")
     wait(
         ctx,
-        "the CronJob's controller to settle",
-        lambda: time.monotonic() - suspended_at >= SETTLE_SECONDS or None,
-        SETTLE_SECONDS + 5,
-    )
-    if policy != "Allow":
-        wait(
-            ctx,
-            f"the CronJob's running Jobs to end ({policy})",
-            lambda: not _active(ctx, uid) or None,
-            ctx.timeout,
-        )
-    # Read again: the slot the CronJob ran last, now that it runs no more.
-    final = translate(ctx.api.cronjob(ctx.ns, name), ctx.clock(), zone)
-    last = max([final.start_after, *(_slots_of(ctx, uid))])
-    manifest = final.manifest
-    if not user_suspended:  # read after our own suspension: the CronJob's spec says suspended
-        manifest["spec"].pop("suspend", None)
-    manifest["metadata"]["annotations"][ANNOTATION_START_AFTER] = format_time(last)
-    manifest["metadata"]["namespace"] = ctx.ns
-    created = ctx.api.create_scheduled_job(ctx.ns, manifest)
-    ctx.err.write(f"scheduledjob.{GROUP}/{name} created, its cursor at {format_time(last)}\n")
-    status = wait(
-        ctx,
         "the operator's first decision",
-        lambda: (
+        lambda: bool(
             (ctx.api.scheduled_job(ctx.ns, name).get("status") or {}).get("observedSchedule")
-            and True
         ),
         ctx.timeout,
     )
-    del status
     # The cursor is in status now; the annotation would only mislead a copy of this object.
     ctx.api.patch_scheduled_job(
         ctx.ns, name, {"metadata": {"annotations": {ANNOTATION_START_AFTER: None}}}
@@ -616,6 +598,38 @@ def cmd_adopt(ctx: Context, target: str, dry_run: bool, zone: str) -> int:
             "cronlease's; the CronJob stays suspended with its Jobs"
         )
     return 0
+
+
+def _handover(
+    ctx: Context, cronjob: dict[str, Any], zone: str, user_suspended: bool
+) -> tuple[dict[str, Any], datetime]:
+    """Once the suspended CronJob has settled (and, under Forbid or Replace, its running Jobs
+    have ended, as cronlease does not count them as its own): the ScheduledJob, its cursor at
+    the slot the CronJob ran last, read now that it runs no more (docs item 90)."""
+    name, uid = cronjob["metadata"]["name"], cronjob["metadata"]["uid"]
+    suspended_at = time.monotonic()
+    wait(
+        ctx,
+        "the CronJob's controller to settle",
+        lambda: time.monotonic() - suspended_at >= SETTLE_SECONDS,
+        SETTLE_SECONDS + 5,
+    )
+    policy = (cronjob.get("spec") or {}).get("concurrencyPolicy") or "Allow"
+    if policy != "Allow":
+        wait(
+            ctx,
+            f"the CronJob's running Jobs to end ({policy})",
+            lambda: not _active(ctx, uid),
+            ctx.timeout,
+        )
+    final = translate(ctx.api.cronjob(ctx.ns, name), ctx.clock(), zone)
+    last = max([final.start_after, *(_slots_of(ctx, uid))])
+    manifest = final.manifest
+    if not user_suspended:  # read after our own suspension: the CronJob's spec says suspended
+        manifest["spec"].pop("suspend", None)
+    manifest["metadata"]["annotations"][ANNOTATION_START_AFTER] = format_time(last)
+    manifest["metadata"]["namespace"] = ctx.ns
+    return manifest, last
 
 
 def _existing(ctx: Context, name: str) -> bool:
