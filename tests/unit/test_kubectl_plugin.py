@@ -5,6 +5,7 @@ here (the operator's environment), and nothing below needs it."""
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.firing import next_firings
 from cronlease.kubectl.ledger import Verdict, build_ledger
-from cronlease.kubectl.output import age, colour, relative, table
+from cronlease.kubectl.output import Progress, age, colour, relative, table
 from cronlease.kubectl.translate import translate
 from cronlease.kubectl.views import dead_letters, history, leader
 from cronlease.kubectl.window import check_name, parse_instant, parse_window
@@ -435,6 +436,22 @@ def test_colour_only_when_enabled() -> None:
 def test_ages(seconds: int, expected: str) -> None:
     assert age(NOW - timedelta(seconds=seconds), NOW) == expected
     assert relative(NOW + timedelta(seconds=seconds), NOW) == f"in {expected}"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_only_on_a_terminal() -> None:
+    plain, terminal = io.StringIO(), Terminal()
+    for stream in (plain, terminal):
+        progress = Progress(stream)
+        progress.update("waiting for the operator")
+        progress.done()
+    assert plain.getvalue() == ""
+    assert terminal.getvalue().startswith("\r\033[K| waiting for the operator (0s)")
+    assert terminal.getvalue().endswith("\r\033[K")
 
 
 # --- the command line ----------------------------------------------------------------------------
