@@ -19,7 +19,7 @@ import yaml
 
 from devcluster.cluster import kwok_pod_template
 from devcluster.replica import OPERATOR_NAMESPACE, OperatorProcess
-from kube import Kube, jobs_of, scheduledjob, status_of, wait_for
+from kube import Kube, jobs_of, scheduledjob, status_of, wait_for, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_BIN = REPO / ".venv-plugin" / "bin"
@@ -257,7 +257,26 @@ def test_audit_of_a_per_two_seconds_schedule_and_the_leader(
             "Z", "+00:00"
         )
     )
-    wait_for(lambda: len(jobs_of(kube, namespace, "tick")) >= 5, 30, "five runs")
+    wait_for(lambda: len(jobs_of(kube, namespace, "tick")) >= 4, 30, "four runs")
+    # Suspended while a few slots go by: recorded as skipped (Suspended) at the resume.
+    plugin.run("suspend", "tick", "-n", namespace)
+    wait_for(
+        lambda: (
+            (s := kube.get("scheduledjob", "tick", namespace))["status"].get("observedGeneration")
+            == s["metadata"]["generation"]
+        ),
+        10,
+        "the suspension seen",
+    )
+    wait_until(datetime.now(UTC) + timedelta(seconds=5))  # slots must pass while suspended
+    plugin.run("resume", "tick", "-n", namespace)
+    wait_for(
+        lambda: status_of(kube, namespace, "tick").get("slotsSkipped", {}).get("Suspended"),
+        10,
+        "the suspended slots recorded",
+    )
+    runs = len(jobs_of(kube, namespace, "tick"))
+    wait_for(lambda: len(jobs_of(kube, namespace, "tick")) >= runs + 2, 10, "runs again")
     until = datetime.now(UTC) - timedelta(seconds=1)
     result = plugin.run(
         "audit", "tick", "-n", namespace, "--from", stamp(created), "--to", stamp(until)
@@ -265,7 +284,8 @@ def test_audit_of_a_per_two_seconds_schedule_and_the_leader(
     show("kubectl cronlease audit tick", result.stdout)
     lines = result.stdout.splitlines()
     assert lines[1].split() == ["SLOT", "VERDICT", "DETAIL"]
-    assert result.stdout.count(" ran ") >= 4
+    assert result.stdout.count(" ran ") >= 5
+    assert " skipped " in result.stdout
     assert "missing" not in result.stdout
     assert "doubled" not in result.stdout
     data = plugin.json(
@@ -273,7 +293,11 @@ def test_audit_of_a_per_two_seconds_schedule_and_the_leader(
     )
     assert data["ok"] is True
     verdicts = Counter(slot["verdict"] for slot in data["slots"])
-    assert set(verdicts) <= {"ran", "before start", "due"}
+    assert set(verdicts) <= {"ran", "skipped", "before start", "due"}
+    skipped = [slot["detail"] for slot in data["slots"] if slot["verdict"] == "skipped"]
+    counted = status_of(kube, namespace, "tick")["slotsSkipped"]
+    assert skipped == ["Suspended"] * counted["Suspended"]
+    assert counted == {"Suspended": counted["Suspended"]}
     ran = {slot["slot"] for slot in data["slots"] if slot["verdict"] == "ran"}
     jobs = {
         j["metadata"]["annotations"]["cronlease.io/scheduled-at"]
@@ -425,6 +449,7 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
         stamp(last),
         check=False,
     )
+    show("kubectl cronlease audit every-minute (a second run planted)", doubled.stdout)
     assert doubled.returncode == 1
     assert f"every-minute-extra-{twice} (cronjob/every-minute)" in doubled.stdout
     assert "1 doubled" in doubled.stdout.splitlines()[-1]
