@@ -390,7 +390,14 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
     assert "took over from cronjob.batch/every-minute" in adopted.stdout
     assert kube.get("cronjob", "every-minute", namespace)["spec"]["suspend"] is True
     sj = kube.get("scheduledjob", "every-minute", namespace)
-    assert "cronlease.io/start-after" not in sj["metadata"].get("annotations", {})
+    annotations = sj["metadata"]["annotations"]
+    assert "cronlease.io/start-after" not in annotations  # read once by the operator, then gone
+    assert annotations["cronlease.io/adopted-from"] == "cronjob/every-minute"
+    assert max(slot_of(j) for j in kube.items("jobs", namespace)) * 60 == int(
+        datetime.fromisoformat(
+            annotations["cronlease.io/adopted-after"].replace("Z", "+00:00")
+        ).timestamp()
+    )  # the slot the CronJob ran last
     assert sj["spec"].get("suspend") is not True  # suspended by adopt, not by its owner
     # The CronJob's controller creating the next slot's Job late, after adopt read its last slot
     # (a sync slower than the settle time): the same name as cronlease's run of that slot.

@@ -91,6 +91,7 @@ def test_translation_keeps_the_name_and_starts_after_the_last_slot() -> None:
     assert manifest["metadata"]["annotations"] == {
         "a": "b",
         "cronlease.io/adopted-from": "cronjob/nightly",
+        "cronlease.io/adopted-after": "2026-12-01T11:55:00Z",
         "cronlease.io/start-after": "2026-12-01T11:55:00Z",
     }
     assert manifest["spec"] == {
@@ -328,6 +329,25 @@ def test_a_cronjob_it_took_over_from_counts_and_a_schedule_edit_moves_the_start(
         (Verdict.RAN, "sj-29935434 Succeeded"),
         (Verdict.MISSING, "no run, no skip counted"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("adopted_after", "first"), [("2026-12-01T11:50:00Z", Verdict.MISSING), (None, Verdict.BEFORE)]
+)
+def test_an_adopted_scheduled_job_starts_where_the_cronjob_stopped(
+    adopted_after: str | None, first: Verdict
+) -> None:
+    """Created at 11:52:30 with its cursor seeded at 11:50: 11:51 was cronlease's to run (or
+    record), even after adopt removed cronlease.io/start-after."""
+    obj = scheduled_job(processedUntil="2026-12-01T11:53:00Z")
+    obj["metadata"]["creationTimestamp"] = "2026-12-01T11:52:30Z"
+    obj["metadata"]["annotations"] = {"cronlease.io/adopted-from": "cronjob/sj"}
+    if adopted_after:
+        obj["metadata"]["annotations"]["cronlease.io/adopted-after"] = adopted_after
+    low, high = datetime(2026, 12, 1, 11, 51, tzinfo=UTC), datetime(2026, 12, 1, 11, 53, tzinfo=UTC)
+    facts = gather(subject_of(obj), [minute_job(52), minute_job(53)], [], low, high, NOW)
+    verdicts = [e.verdict for e in build_ledger(facts).within(low, high).entries]
+    assert verdicts == [first, Verdict.RAN, Verdict.RAN]
 
 
 def test_an_invalid_scheduled_job_is_one_line() -> None:

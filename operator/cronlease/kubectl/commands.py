@@ -18,7 +18,11 @@ from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.firing import DST_RULE, MAX_COUNT, has_dst, next_firings
 from cronlease.kubectl.ledger import FAILING, Ledger, Verdict, build_ledger
 from cronlease.kubectl.output import Progress, age, colour, dump, relative, table
-from cronlease.kubectl.translate import CRONJOB_SCHEDULED_TIMESTAMP, translate
+from cronlease.kubectl.translate import (
+    ANNOTATION_ADOPTED_AFTER,
+    CRONJOB_SCHEDULED_TIMESTAMP,
+    translate,
+)
 from cronlease.kubectl.views import dead_letters, history, leader, request_progress
 from cronlease.kubectl.window import check_name, parse_instant, parse_window
 from cronlease.naming import (
@@ -628,6 +632,7 @@ def _handover(
     if not user_suspended:  # read after our own suspension: the CronJob's spec says suspended
         manifest["spec"].pop("suspend", None)
     manifest["metadata"]["annotations"][ANNOTATION_START_AFTER] = format_time(last)
+    manifest["metadata"]["annotations"][ANNOTATION_ADOPTED_AFTER] = format_time(last)
     manifest["metadata"]["namespace"] = ctx.ns
     return manifest, last
 

@@ -17,7 +17,11 @@ from cronlease.cron import Schedule
 from cronlease.jobinfo import job_info
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.ledger import Facts, RunRecord, SkipRecord
-from cronlease.kubectl.translate import ANNOTATION_ADOPTED_FROM, CRONJOB_SCHEDULED_TIMESTAMP
+from cronlease.kubectl.translate import (
+    ANNOTATION_ADOPTED_AFTER,
+    ANNOTATION_ADOPTED_FROM,
+    CRONJOB_SCHEDULED_TIMESTAMP,
+)
 from cronlease.naming import REQUEST_TRIGGERS, TRIGGER_SCHEDULE, format_time, parse_time
 from cronlease.reconcile import first_cursor
 from cronlease.spec import Spec, SpecError, parse_spec
@@ -96,6 +100,9 @@ def start_of(subject: Subject, events: Sequence[dict[str, Any]]) -> datetime:
     """Where the ScheduledJob's own slots begin: its first cursor (its creation, or where the
     CronJob it took over stopped), or the latest schedule edit, whose slots before never run."""
     start = first_cursor(subject.created, subject.annotations)
+    adopted = parse_time(subject.annotations.get(ANNOTATION_ADOPTED_AFTER))
+    if adopted is not None:  # its start-after, removed once the operator had read it
+        start = min(start, adopted)
     for event in _events_of(subject, events):
         if event.get("reason") == "ScheduleChanged":
             match = _EDITED.search(str(event.get("message", "")))

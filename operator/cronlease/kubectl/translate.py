@@ -28,6 +28,9 @@ from cronlease.naming import (
 )
 
 ANNOTATION_ADOPTED_FROM = f"{GROUP}/adopted-from"
+# The slot the CronJob ran last, kept for `audit` (the ScheduledJob's slots begin after it) once
+# adopt has removed cronlease.io/start-after; the operator never reads it.
+ANNOTATION_ADOPTED_AFTER = f"{GROUP}/adopted-after"
 # What a CronJob's Job carries: its slot, in the CronJob's zone.
 CRONJOB_SCHEDULED_TIMESTAMP = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 # Annotations of a CronJob that describe that object, not the work: not carried over.
@@ -106,6 +109,7 @@ def _manifest(
         if isinstance(value, str) and not key.startswith(_NOT_CARRIED)
     }
     annotations[ANNOTATION_ADOPTED_FROM] = f"cronjob/{name}"
+    annotations[ANNOTATION_ADOPTED_AFTER] = format_time(start_after)
     annotations[ANNOTATION_START_AFTER] = format_time(start_after)
     new_metadata: dict[str, Any] = {"name": name}
     if isinstance(metadata.get("namespace"), str):
