@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from cronlease.kubectl import commands
+from cronlease.kubectl import adopt, commands, context
 from cronlease.kubectl.errors import PluginError
 from cronlease.naming import manual_job_name
 
@@ -75,9 +75,9 @@ class FakeApi:
                 self.job_list.append({"metadata": {"name": manual_job_name(name, token)}})
 
 
-def context(api: FakeApi, output: str = "table") -> tuple[commands.Context, io.StringIO]:
+def make_context(api: FakeApi, output: str = "table") -> tuple[context.Context, io.StringIO]:
     out = io.StringIO()
-    ctx = commands.Context(
+    ctx = context.Context(
         connect=lambda: cast("Api", api),
         namespace=None,
         all_namespaces=False,
@@ -124,8 +124,8 @@ def cronjob_job(minute: int) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def no_settling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commands, "SETTLE_SECONDS", 0.0)
-    monkeypatch.setattr(commands, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(adopt, "SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(context, "POLL_SECONDS", 0.01)
 
 
 def test_adopt_suspends_first_seeds_the_cursor_then_clears_the_seed() -> None:
@@ -133,9 +133,9 @@ def test_adopt_suspends_first_seeds_the_cursor_then_clears_the_seed() -> None:
     api.cronjobs["nightly"] = a_cronjob()
     # A Job the CronJob created after its status said 11:59: the cursor must not be before it.
     api.job_list = [cronjob_job(58), cronjob_job(59), cronjob_job(60)]
-    ctx, out = context(api)
+    ctx, out = make_context(api)
 
-    assert commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC") == 0
+    assert adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC") == 0
 
     kinds = [(kind, name) for kind, name, _ in api.writes]
     assert kinds == [
@@ -155,8 +155,8 @@ def test_adopt_suspends_first_seeds_the_cursor_then_clears_the_seed() -> None:
 def test_adopt_keeps_a_suspension_its_owner_chose() -> None:
     api = FakeApi()
     api.cronjobs["nightly"] = a_cronjob(suspend=True)
-    ctx, _ = context(api)
-    commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+    ctx, _ = make_context(api)
+    adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
     assert [kind for kind, _, _ in api.writes] == ["create-sj", "patch-sj"]
     assert api.writes[0][2]["spec"]["suspend"] is True
 
@@ -165,9 +165,9 @@ def test_adopt_refuses_an_existing_scheduled_job_before_any_write() -> None:
     api = FakeApi()
     api.cronjobs["nightly"] = a_cronjob()
     api.sjs["nightly"] = {"metadata": {"name": "nightly"}}
-    ctx, _ = context(api)
+    ctx, _ = make_context(api)
     with pytest.raises(PluginError, match="scheduledjob/nightly exists already"):
-        commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+        adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
     assert api.writes == []
 
 
@@ -175,9 +175,9 @@ def test_adopt_without_an_operator_times_out_with_the_seed_in_place() -> None:
     api = FakeApi()
     api.cronjobs["nightly"] = a_cronjob()
     api.operator_decides = False
-    ctx, _ = context(api)
+    ctx, _ = make_context(api)
     with pytest.raises(PluginError, match="waiting for the operator's first decision"):
-        commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+        adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
     # The seed stays: the operator's first decision, whenever it comes, starts from it.
     assert [kind for kind, _, _ in api.writes] == ["patch-cronjob", "create-sj"]
 
@@ -186,9 +186,9 @@ def test_a_refused_creation_resumes_the_cronjob_it_suspended() -> None:
     api = FakeApi()
     api.cronjobs["nightly"] = a_cronjob()
     api.refuse_creation = "scheduledjob 'nightly': forbidden (403)"
-    ctx, _ = context(api)
+    ctx, _ = make_context(api)
     with pytest.raises(PluginError, match=r"\(cronjob/nightly resumed: nothing was handed over\)"):
-        commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+        adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
     assert [patch for kind, _, patch in api.writes] == [
         {"spec": {"suspend": True}},
         {"spec": {"suspend": False}},
@@ -198,8 +198,8 @@ def test_a_refused_creation_resumes_the_cronjob_it_suspended() -> None:
 def test_a_dry_run_writes_nothing() -> None:
     api = FakeApi()
     api.cronjobs["nightly"] = a_cronjob()
-    ctx, out = context(api)
-    assert commands.cmd_adopt(ctx, "cronjob/nightly", dry_run=True, zone="UTC") == 0
+    ctx, out = make_context(api)
+    assert adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=True, zone="UTC") == 0
     assert api.writes == []
     assert "kind: ScheduledJob" in out.getvalue()
     assert "# What differs from the CronJob" in out.getvalue()
@@ -212,7 +212,7 @@ def test_run_now_prints_the_job_or_says_it_was_refused(
     api = FakeApi()
     api.sjs["report"] = {"metadata": {"name": "report"}, "status": {}}
     api.admits_run_now = admitted
-    ctx, out = context(api)
+    ctx, out = make_context(api)
     if expected:
         with pytest.raises(PluginError, match=expected):
             commands.cmd_run_now(ctx, "report")

@@ -123,10 +123,11 @@ def connect(kubeconfig: str | None, context: str | None) -> Api:
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     # Imported here: `--help` and usage errors need neither the client nor the schedule code.
-    from cronlease.kubectl import commands
+    from cronlease.kubectl import adopt, audit, commands, runrequests
+    from cronlease.kubectl.context import Context
 
     args = build_parser().parse_args(argv)
-    ctx = commands.Context(
+    ctx = Context(
         connect=lambda: connect(args.kubeconfig, args.context),
         namespace=args.namespace,
         all_namespaces=args.all_namespaces,
@@ -148,15 +149,15 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     if command in ("suspend", "resume"):
         return commands.cmd_suspend(ctx, args.name, args.selector, command == "suspend")
     if command == "backfill":
-        return commands.cmd_backfill(ctx, args.name, args.low, args.high, args.policy)
+        return runrequests.cmd_backfill(ctx, args.name, args.low, args.high, args.policy)
     if command == "replay":
-        return commands.cmd_replay(ctx, args.runs, args.dead_letters, args.policy)
+        return runrequests.cmd_replay(ctx, args.runs, args.dead_letters, args.policy)
     if command == "dead-letters":
         return commands.cmd_dead_letters(ctx, args.name)
     if command == "audit":
-        return commands.cmd_audit(ctx, args.name, args.low, args.high)
+        return audit.cmd_audit(ctx, args.name, args.low, args.high)
     if command == "adopt":
-        return commands.cmd_adopt(ctx, args.target, args.dry_run, args.time_zone)
+        return adopt.cmd_adopt(ctx, args.target, args.dry_run, args.time_zone)
     assert command == "leader"
     return commands.cmd_leader(ctx, args.lease_namespace, args.lease_name)
 

@@ -20,12 +20,7 @@ from cronlease import GROUP, KIND, VERSION
 from cronlease.cron import EVERY, Schedule, ScheduleError
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.firing import next_firings
-from cronlease.naming import (
-    ANNOTATION_START_AFTER,
-    MAX_NAME_LENGTH,
-    format_time,
-    parse_time,
-)
+from cronlease.naming import ANNOTATION_START_AFTER, MAX_NAME_LENGTH, format_time, parse_time
 
 ANNOTATION_ADOPTED_FROM = f"{GROUP}/adopted-from"
 # The slot the CronJob ran last, kept for `audit` (the ScheduledJob's slots begin after it) once
