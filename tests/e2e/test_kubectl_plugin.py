@@ -460,3 +460,56 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
     assert doubled.returncode == 1
     assert f"every-minute-extra-{twice} (cronjob/every-minute)" in doubled.stdout
     assert "1 doubled" in doubled.stdout.splitlines()[-1]
+
+
+def test_a_slot_the_cronjob_skipped_before_the_handover_runs_under_cronlease(
+    kube: Kube, namespace: str, operator: OperatorProcess, plugin: Plugin
+) -> None:
+    """Forbid, and a run longer than a minute: the CronJob skips the next slot (JobAlreadyActive,
+    its lastScheduleTime stays). adopt waits for that run to end, then hands over with the
+    cursor at the CronJob's last slot: the skipped slot runs once, under cronlease, late (no
+    deadline), and no slot has two Jobs."""
+    manifest = cronjob("forbid", namespace)
+    manifest["spec"]["concurrencyPolicy"] = "Forbid"
+    manifest["spec"]["jobTemplate"]["spec"]["template"] = kwok_pod_template("70s")
+    kube.apply(manifest)
+    (first,) = wait_for(lambda: kube.items("jobs", namespace), 75, "the CronJob's first Job", 1)
+    skipped = slot_of(first) + 1
+    # The next slot comes while that run goes on: CronJob's Forbid leaves it.
+    wait_until(datetime.fromtimestamp(skipped * 60 + 3, UTC))
+    assert len(kube.items("jobs", namespace)) == 1
+    dry = plugin.run("adopt", "cronjob/forbid", "-n", namespace, "--dry-run").stdout
+    assert "# - Forbid racing:" in dry
+    adopted = plugin.run("adopt", "cronjob/forbid", "-n", namespace)
+    assert "waiting" not in adopted.stderr  # progress lines are drawn on a terminal only
+    # adopt waited for the CronJob's run to end before the ScheduledJob existed.
+    sj = kube.get("scheduledjob", "forbid", namespace)
+    ended = first_completion(kube, namespace, first["metadata"]["name"])
+    assert datetime.fromisoformat(
+        sj["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+    ) >= ended.replace(microsecond=0)
+    (late,) = wait_for(
+        lambda: jobs_of(kube, namespace, "forbid"), 30, "the skipped slot run by cronlease", 1
+    )
+    assert slot_of(late) == skipped
+    slots = Counter(slot_of(j) for j in kube.items("jobs", namespace))
+    assert slots == {skipped - 1: 1, skipped: 1}
+    low = datetime.fromtimestamp((skipped - 1) * 60, UTC)
+    audit = plugin.json(
+        "audit", "forbid", "-n", namespace, "--from", stamp(low), "--to", stamp(low + MINUTE)
+    )
+    assert audit["ok"] is True
+    assert [(s["verdict"], s["jobs"]) for s in audit["slots"]] == [
+        ("ran", [first["metadata"]["name"]]),
+        ("ran", [late["metadata"]["name"]]),
+    ]
+
+
+MINUTE = timedelta(minutes=1)
+
+
+def first_completion(kube: Kube, namespace: str, name: str) -> datetime:
+    job = kube.get("job", name, namespace)
+    assert job is not None
+    text = job["status"]["completionTime"]
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
