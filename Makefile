@@ -4,13 +4,16 @@ SHELL := bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The kubectl plugin's own environment: the official client must never be where the operator
+# runs (kopf imports it whenever it is installed), so not in .venv, which e2e and benches use.
+PLUGIN_VENV := .venv-plugin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)/hack
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-decide soak clean
+.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-decide soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,12 +26,20 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Python environment with the operator, test tools and kubectl
 
+$(PLUGIN_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(PLUGIN_VENV)
+	$(PLUGIN_VENV)/bin/pip install --quiet --upgrade pip
+	$(PLUGIN_VENV)/bin/pip install --quiet -e '.[plugin]'
+	touch $@
+
+plugin: $(PLUGIN_VENV)/.installed ## the kubectl plugin in its own venv: .venv-plugin/bin/kubectl-cronlease
+
 controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, kube-state-metrics (cached)
 	bash hack/controlplane/build.sh
 	bash hack/kube-state-metrics/build.sh
 
 # Rebuilt when an input of the Dockerfile or of the build scripts changed (bases: hack/image/bases.sh).
-$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wildcard operator/cronlease/*.py) $(wildcard hack/image/*)
+$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wildcard operator/cronlease/*.py) $(wildcard operator/cronlease/kubectl/*.py) $(wildcard hack/image/*)
 	bash hack/image/build.sh
 
 image: $(IMAGE_ARCHIVE) ## the operator image from Dockerfile, by buildah, into .cache/image/cronlease-<version>.oci.tar
@@ -51,7 +62,7 @@ typecheck: venv ## mypy --strict
 unit: venv ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
 	$(PYTEST) tests/unit
 
-e2e: venv controlplane image ## end-to-end tests against the real control plane (started if needed)
+e2e: venv plugin controlplane image ## end-to-end tests against the real control plane (started if needed)
 	$(PYTEST) tests/e2e
 
 test: lint typecheck controlplane image unit e2e ## everything CI runs (controlplane first: the chart tests need its helm)

@@ -17,6 +17,10 @@ ANNOTATION_SCHEDULED_AT = f"{GROUP}/scheduled-at"
 ANNOTATION_TRIGGER = f"{GROUP}/trigger"
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"
 ANNOTATION_RESUME = f"{GROUP}/resume"  # a new value lifts a pause on failure (cronlease.pausing)
+# Set by `kubectl cronlease adopt` on a new ScheduledJob: the slot its predecessor (a CronJob) ran
+# last. A new ScheduledJob's cursor starts there instead of at its creation, so no slot between is
+# lost; read only at the first decision, and never later than the creation (docs item 90).
+ANNOTATION_START_AFTER = f"{GROUP}/start-after"
 ANNOTATION_LEADER = f"{GROUP}/leader"
 ANNOTATION_FENCING_TOKEN = f"{GROUP}/fencing-token"
 # A run's attempts (issue 15): each attempt is a Job; the run is named by its first attempt.

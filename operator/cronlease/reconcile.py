@@ -39,6 +39,7 @@ from cronlease.jobinfo import NOT_RETRYABLE, JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RESUME,
     ANNOTATION_RUN_NOW,
+    ANNOTATION_START_AFTER,
     LABEL_DEAD_LETTER,
     LABEL_RETRIED,
     REQUEST_TRIGGERS,
@@ -230,7 +231,18 @@ def _cursor(
             )
         )
         return now
-    return sj.created_at
+    return first_cursor(sj.created_at, sj.annotations)
+
+
+def first_cursor(created_at: datetime, annotations: dict[str, str]) -> datetime:
+    """A new schedule's cursor: its creation, or the slot a CronJob it took over from ran last
+    (cronlease.io/start-after, written by `kubectl cronlease adopt`), so the slots between the
+    CronJob's last run and the creation are not lost. Never later than the creation (that would
+    postpone slots silently), and an unreadable value is ignored. The slots it makes due are
+    caught up under the spec's rules (catchUp, startingDeadlineSeconds), as after an outage; a
+    slot the CronJob ran meanwhile has its Job under the same name, so it cannot run twice."""
+    start = parse_time(annotations.get(ANNOTATION_START_AFTER))
+    return created_at if start is None else min(start, created_at)
 
 
 def _plan_attempts(

@@ -101,6 +101,48 @@ def test_fresh_object_processes_slots_after_creation(
     assert "ScheduleChanged" not in event_reasons(decision)
 
 
+@pytest.mark.parametrize(
+    ("start_after", "created_at", "now", "run_slots", "processed_until"),
+    [
+        # Adopted from a CronJob whose last slot was 09:00, created at 10:30 (its 10:00 lost
+        # otherwise): 10:00 is due, as after an outage.
+        pytest.param(ts(H09), H10 + seconds(1800), H10 + seconds(1801), [H10], H10, id="seeded"),
+        # The CronJob ran 10:00 itself (the same Job name): nothing before 10:00 is due.
+        pytest.param(ts(H10), H10 + seconds(5), H10 + seconds(6), [], H10, id="ran-by-cronjob"),
+        # Later than the creation: never postpones the schedule, the creation counts.
+        pytest.param(ts(H11), H10 - seconds(5), H10 + seconds(1), [H10], H10, id="capped"),
+        pytest.param("yesterday", H10 - seconds(5), H10 + seconds(1), [H10], H10, id="garbage"),
+    ],
+)
+def test_a_new_object_starts_after_its_start_after_annotation(
+    start_after: str,
+    created_at: datetime,
+    now: datetime,
+    run_slots: list[datetime],
+    processed_until: datetime,
+) -> None:
+    sj = dataclasses.replace(
+        view(created_at=created_at), annotations={"cronlease.io/start-after": start_after}
+    )
+
+    decision = decide(sj, [], now)
+
+    assert [run.slot for run in decision.runs] == run_slots
+    assert decision.status["processedUntil"] == ts(processed_until)
+
+
+def test_start_after_is_read_only_at_the_first_decision() -> None:
+    """Once the schedule is observed the cursor is the status', whatever the annotation says."""
+    sj = dataclasses.replace(
+        view(status=processed(spec(), H11)), annotations={"cronlease.io/start-after": ts(H09)}
+    )
+
+    decision = decide(sj, [], H11 + seconds(60))
+
+    assert decision.runs == []
+    assert decision.status["processedUntil"] == ts(H11)
+
+
 def test_fresh_object_wakes_at_the_next_slot() -> None:
     decision = decide(view(), [], utc(2026, 1, 5, 8, 45))
 

@@ -1,0 +1,11 @@
+"""kubectl-cronlease: the kubectl plugin (issue 18).
+
+Pure modules, each one concern, all with "now" passed in: `ledger` (the slot ledger of `audit`),
+`evidence` (what the API objects say of the slots), `firing` (the next fire times of `next`),
+`translate` (CronJob to ScheduledJob, and what differs), `views` (history, dead letters, leader,
+as rows), `output` (tables, colour, JSON and YAML), `window` (times and names as typed).
+The shell: `client` (the official `kubernetes` client, the only module that imports it),
+`context` (flags, output, waiting), the commands (`commands`, `runrequests`, `audit`, `adopt`)
+and `cli` (arguments and errors). The plugin runs from its own environment (`make plugin`): the
+operator's must never hold that client, which kopf imports whenever it is installed.
+"""

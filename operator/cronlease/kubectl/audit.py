@@ -1,0 +1,144 @@
+"""audit: the slot ledger of one ScheduledJob, or of all (-A); exit 1 if a slot is missing or
+doubled (the verdicts are cronlease.kubectl.ledger's)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from cronlease.kubectl.context import Context
+from cronlease.kubectl.errors import PluginError
+from cronlease.kubectl.evidence import gather, subject_of
+from cronlease.kubectl.ledger import FAILING, Ledger, Verdict, build_ledger
+from cronlease.kubectl.output import colour, table
+from cronlease.kubectl.window import check_name, parse_window
+from cronlease.naming import format_time
+
+VERDICT_COLOURS = {
+    Verdict.RAN: "green",
+    Verdict.DOUBLED: "red",
+    Verdict.MISSING: "red",
+    Verdict.SKIPPED: "yellow",
+    Verdict.NO_RECORD: "yellow",
+}
+
+
+def _audit_one(
+    ctx: Context,
+    obj: dict[str, Any],
+    jobs: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    low: datetime,
+    high: datetime,
+) -> Ledger:
+    subject = subject_of(obj)
+    facts = gather(subject, jobs, events, low, high, ctx.clock())
+    return build_ledger(facts).within(low, high)
+
+
+def _ledger_data(subject_ns: str, name: str, ledger: Ledger) -> dict[str, Any]:
+    return {
+        "namespace": subject_ns,
+        "name": name,
+        "ok": ledger.ok,
+        "counts": {verdict.value: count for verdict, count in sorted(ledger.counts.items())},
+        "slots": [
+            {
+                "slot": format_time(e.slot),
+                "verdict": e.verdict.value,
+                "detail": e.detail,
+                "jobs": [r.job for r in e.runs],
+            }
+            for e in ledger.entries
+        ],
+    }
+
+
+def _summary(ledger: Ledger) -> str:
+    counts = ledger.counts
+    order = [
+        Verdict.RAN,
+        Verdict.SKIPPED,
+        Verdict.NO_RECORD,
+        Verdict.MISSING,
+        Verdict.DOUBLED,
+        Verdict.BEFORE,
+        Verdict.WAITING,
+        Verdict.DUE,
+        Verdict.FUTURE,
+    ]
+    parts = [f"{counts[v]} {v.value}" for v in order if counts[v]]
+    return f"{len(ledger.entries)} slot(s): {', '.join(parts) or 'none'}"
+
+
+def cmd_audit(ctx: Context, name: str | None, low_text: str | None, high_text: str | None) -> int:
+    now = ctx.clock()
+    low, high = parse_window(low_text or "1h", high_text or "now", now)
+    if name is None and not ctx.all_namespaces:
+        raise PluginError("give a ScheduledJob's name, or -A for all of them")
+    if name is not None:
+        check_name(name)
+        objects = [ctx.api.scheduled_job(ctx.ns, name)]
+    else:
+        objects = ctx.api.scheduled_jobs(None)
+    jobs = ctx.api.jobs(None if name is None else ctx.ns)
+    events = ctx.api.events(None if name is None else ctx.ns)
+    results: list[tuple[dict[str, Any], Ledger | PluginError]] = []
+    for obj in objects:
+        try:
+            results.append((obj, _audit_one(ctx, obj, jobs, events, low, high)))
+        except PluginError as error:
+            if name is not None:
+                raise
+            results.append((obj, error))
+    failed = any(isinstance(r, PluginError) or not r.ok for _, r in results)
+    if ctx.structured():
+        data = [
+            _ledger_data(o["metadata"]["namespace"], o["metadata"]["name"], r)
+            if isinstance(r, Ledger)
+            else {
+                "namespace": o["metadata"]["namespace"],
+                "name": o["metadata"]["name"],
+                "ok": False,
+                "error": str(r),
+            }
+            for o, r in results
+        ]
+        ctx.emit(data[0] if name is not None else data)
+        return 1 if failed else 0
+    if name is not None:
+        ((obj, ledger),) = results
+        assert isinstance(ledger, Ledger)
+        ctx.print(f"scheduledjob/{name} slots from {format_time(low)} to {format_time(high)}")
+        rows = [[format_time(e.slot), e.verdict.value, e.detail] for e in ledger.entries]
+        colours = [VERDICT_COLOURS.get(e.verdict, "") for e in ledger.entries]
+        if rows:
+            ctx.print(table(["SLOT", "VERDICT", "DETAIL"], rows, colours, ctx.colour))
+        line = _summary(ledger)
+        ctx.print(colour(line, "green" if ledger.ok else "red", ctx.colour))
+        return 0 if ledger.ok else 1
+    rows = []
+    for obj, result in results:
+        meta = obj["metadata"]
+        if isinstance(result, PluginError):
+            rows.append([meta["namespace"], meta["name"], "", "", "", "", "", f"error: {result}"])
+            continue
+        c = result.counts
+        bad = sum(c[v] for v in FAILING)
+        rows.append(
+            [
+                meta["namespace"],
+                meta["name"],
+                str(len(result.entries)),
+                str(c[Verdict.RAN]),
+                str(c[Verdict.SKIPPED]),
+                str(c[Verdict.MISSING]),
+                str(c[Verdict.DOUBLED]),
+                "ok" if not bad else "FAILED",
+            ]
+        )
+    ctx.print(f"slots from {format_time(low)} to {format_time(high)}")
+    ctx.print(
+        table(["NAMESPACE", "NAME", "SLOTS", "RAN", "SKIPPED", "MISSING", "DOUBLED", "AUDIT"], rows)
+    )
+    return 1 if failed else 0

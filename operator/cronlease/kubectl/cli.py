@@ -1,0 +1,181 @@
+"""`kubectl cronlease ...`: the arguments, kubectl's conventions, and the one rule for errors: a
+problem the user can act on is one line on stderr and a non-zero exit, never a traceback
+(`CRONLEASE_DEBUG=1` shows the traceback of an unexpected error, for a bug report)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from cronlease.kubectl.errors import PluginError
+
+if TYPE_CHECKING:
+    from cronlease.kubectl.client import Api
+
+# The chart's defaults (manifests/helm/cronlease): where the operator's Lease lives.
+LEASE_NAMESPACE = "cronlease-system"
+LEASE_NAME = "cronlease-leader"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors as PluginErrors (exit 2, kubectl's usage code)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise PluginError(f"{message} (see kubectl cronlease {self.prog.split()[-1]} --help)", 2)
+
+
+def _common() -> _Parser:
+    common = _Parser(add_help=False)
+    common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    common.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (where it applies)"
+    )
+    common.add_argument("--context", help="kubeconfig context to use")
+    common.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG)")
+    common.add_argument(
+        "-o", "--output", choices=("json", "yaml"), help="json or yaml instead of a table"
+    )
+    common.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the operator (120)"
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = _Parser(
+        prog="kubectl cronlease",
+        description="cronlease ScheduledJobs from kubectl: run, inspect, audit, migrate.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run-now", parents=[common], help="run a ScheduledJob now; print the Job")
+    p.add_argument("name")
+
+    p = sub.add_parser(
+        "next", parents=[common], help="the next fire times (no cluster needed with --schedule)"
+    )
+    p.add_argument("name", nargs="?")
+    p.add_argument("--schedule", action="append", default=[], help="cron expression (repeatable)")
+    p.add_argument("--tz", help="IANA time zone for --schedule (default UTC)")
+    p.add_argument("-c", "--count", type=int, default=5, help="how many (5)")
+    p.add_argument("--from", dest="after", help="list from this time (default now)")
+
+    p = sub.add_parser("history", parents=[common], help="runs: trigger, attempts, result, lag")
+    p.add_argument("name")
+
+    for verb in ("suspend", "resume"):
+        p = sub.add_parser(verb, parents=[common], help=f"{verb} ScheduledJobs by name or -l")
+        p.add_argument("name", nargs="?")
+        p.add_argument("-l", "--selector", help="label selector")
+
+    p = sub.add_parser("backfill", parents=[common], help="run a past window's slots, and follow")
+    p.add_argument("name")
+    p.add_argument("--from", dest="low", required=True)
+    p.add_argument("--to", dest="high", required=True)
+    p.add_argument("--policy", choices=("Forbid", "Allow"), default="Forbid")
+
+    p = sub.add_parser("replay", parents=[common], help="run runs again (or every dead letter)")
+    p.add_argument("runs", nargs="*", metavar="RUN")
+    p.add_argument("--dead-letters", metavar="SCHEDULEDJOB", help="replay all its dead letters")
+    p.add_argument("--policy", choices=("Forbid", "Allow"), default="Forbid")
+
+    p = sub.add_parser("dead-letters", parents=[common], help="runs whose attempts all failed")
+    p.add_argument("name", nargs="?")
+
+    p = sub.add_parser(
+        "audit", parents=[common], help="the slot ledger; exits 1 if a slot is missing or doubled"
+    )
+    p.add_argument("name", nargs="?")
+    p.add_argument("--from", dest="low", help="window start (default 1h ago)")
+    p.add_argument("--to", dest="high", help="window end (default now)")
+
+    p = sub.add_parser("adopt", parents=[common], help="take over a CronJob: no double, no loss")
+    p.add_argument("target", metavar="cronjob/NAME")
+    p.add_argument("--dry-run", action="store_true", help="print the ScheduledJob and what differs")
+    p.add_argument(
+        "--time-zone",
+        default="UTC",
+        help="the zone a CronJob without spec.timeZone runs in (kube-controller-manager's; UTC)",
+    )
+
+    p = sub.add_parser("leader", parents=[common], help="the Lease holder, its token, replicas")
+    p.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
+    p.add_argument("--lease-name", default=LEASE_NAME)
+    return parser
+
+
+def connect(kubeconfig: str | None, context: str | None) -> Api:
+    """The API client, imported only by commands that reach a cluster (`next --schedule` lints
+    anywhere, the operator's environment included)."""
+    try:
+        from cronlease.kubectl.client import Api
+    except ImportError as error:  # installed without its group: the operator's environment
+        raise PluginError(
+            f"the kubernetes client is missing ({error}): install the plugin with "
+            "`pip install 'cronlease[plugin]'` in its own environment (`make plugin`)"
+        ) from None
+    return Api(kubeconfig, context)
+
+
+def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    # Imported here: `--help` and usage errors need neither the client nor the schedule code.
+    from cronlease.kubectl import adopt, audit, commands, runrequests
+    from cronlease.kubectl.context import Context
+
+    args = build_parser().parse_args(argv)
+    ctx = Context(
+        connect=lambda: connect(args.kubeconfig, args.context),
+        namespace=args.namespace,
+        all_namespaces=args.all_namespaces,
+        output=args.output or "table",
+        out=out,
+        err=err,
+        colour=out.isatty() and "NO_COLOR" not in os.environ,
+        timeout=args.timeout,
+    )
+    if args.timeout <= 0:
+        raise PluginError("--timeout: must be positive")
+    command = args.command
+    if command == "run-now":
+        return commands.cmd_run_now(ctx, args.name)
+    if command == "next":
+        return commands.cmd_next(ctx, args.name, args.schedule, args.tz, args.count, args.after)
+    if command == "history":
+        return commands.cmd_history(ctx, args.name)
+    if command in ("suspend", "resume"):
+        return commands.cmd_suspend(ctx, args.name, args.selector, command == "suspend")
+    if command == "backfill":
+        return runrequests.cmd_backfill(ctx, args.name, args.low, args.high, args.policy)
+    if command == "replay":
+        return runrequests.cmd_replay(ctx, args.runs, args.dead_letters, args.policy)
+    if command == "dead-letters":
+        return commands.cmd_dead_letters(ctx, args.name)
+    if command == "audit":
+        return audit.cmd_audit(ctx, args.name, args.low, args.high)
+    if command == "adopt":
+        return adopt.cmd_adopt(ctx, args.target, args.dry_run, args.time_zone)
+    assert command == "leader"
+    return commands.cmd_leader(ctx, args.lease_namespace, args.lease_name)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    try:
+        code = run(arguments, sys.stdout, sys.stderr)
+    except PluginError as error:
+        sys.stderr.write(f"error: {error}\n")
+        code = error.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        code = 130
+    except Exception as error:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("CRONLEASE_DEBUG"):
+            raise
+        sys.stderr.write(f"error: unexpected {type(error).__name__}: {error}\n")
+        code = 1
+    sys.stdout.flush()
+    raise SystemExit(code)

@@ -1,0 +1,215 @@
+"""The thin shell to the API server: the official `kubernetes` client, so that every kubeconfig
+works (exec plugins, cloud logins, client certificates, in-cluster). The only module of the
+plugin that imports it. Objects come back as the API server's JSON (plain dicts, camelCase),
+which the pure modules read; every API error becomes one line (`PluginError`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import HTTPError
+
+from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
+from cronlease.kubectl.errors import PluginError
+
+T = TypeVar("T")
+
+
+class Api:
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        try:
+            api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+            self.default_namespace = _context_namespace(kubeconfig, context)
+        except (ConfigException, OSError, TypeError, ValueError) as kube_error:
+            if kubeconfig or context:
+                raise PluginError(f"cannot load the kubeconfig: {kube_error}") from None
+            try:
+                config.load_incluster_config()
+            except ConfigException:
+                raise PluginError(f"cannot load the kubeconfig: {kube_error}") from None
+            api_client = client.ApiClient()
+            self.default_namespace = _in_cluster_namespace()
+        self.custom = client.CustomObjectsApi(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+
+    # --- ScheduledJobs and RunRequests ---------------------------------------------------------
+
+    def scheduled_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(
+            lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+            ),
+            f"scheduledjob {name!r} in namespace {namespace!r}",
+        )
+
+    def scheduled_jobs(self, namespace: str | None, selector: str = "") -> list[dict[str, Any]]:
+        if namespace is None:
+            call = lambda: self.custom.list_cluster_custom_object(  # noqa: E731
+                GROUP, VERSION, PLURAL, label_selector=selector, _preload_content=False
+            )
+        else:
+            call = lambda: self.custom.list_namespaced_custom_object(  # noqa: E731
+                GROUP, VERSION, namespace, PLURAL, label_selector=selector, _preload_content=False
+            )
+        return _items(self._call(call, "scheduledjobs"))
+
+    def patch_scheduled_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch (the client's choice for custom objects): null removes a key."""
+        self._call(
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                patch,
+                _preload_content=False,
+            ),
+            f"scheduledjob {name!r} in namespace {namespace!r}",
+        )
+
+    def create_scheduled_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            lambda: self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, body, _preload_content=False
+            ),
+            f"scheduledjob {body['metadata'].get('name')!r}",
+        )
+
+    def create_request(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            lambda: self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, REQUEST_PLURAL, body, _preload_content=False
+            ),
+            "runrequest",
+        )
+
+    def request(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(
+            lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, REQUEST_PLURAL, name, _preload_content=False
+            ),
+            f"runrequest {name!r} in namespace {namespace!r}",
+        )
+
+    # --- Jobs, CronJobs, Events, Leases, Pods --------------------------------------------------
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._maybe(
+            lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
+            f"job {name!r}",
+        )
+
+    def jobs(self, namespace: str | None, selector: str = "") -> list[dict[str, Any]]:
+        if namespace is None:
+            call = lambda: self.batch.list_job_for_all_namespaces(  # noqa: E731
+                label_selector=selector, _preload_content=False
+            )
+        else:
+            call = lambda: self.batch.list_namespaced_job(  # noqa: E731
+                namespace, label_selector=selector, _preload_content=False
+            )
+        return _items(self._call(call, "jobs"))
+
+    def cronjob(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(
+            lambda: self.batch.read_namespaced_cron_job(name, namespace, _preload_content=False),
+            f"cronjob {name!r} in namespace {namespace!r}",
+        )
+
+    def patch_cronjob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch (the client's choice for a dict body on a built-in kind)."""
+        return self._call(
+            lambda: self.batch.patch_namespaced_cron_job(
+                name, namespace, patch, _preload_content=False
+            ),
+            f"cronjob {name!r} in namespace {namespace!r}",
+        )
+
+    def events(self, namespace: str | None, field_selector: str = "") -> list[dict[str, Any]]:
+        if namespace is None:
+            call = lambda: self.core.list_event_for_all_namespaces(  # noqa: E731
+                field_selector=field_selector, _preload_content=False
+            )
+        else:
+            call = lambda: self.core.list_namespaced_event(  # noqa: E731
+                namespace, field_selector=field_selector, _preload_content=False
+            )
+        return _items(self._call(call, "events"))
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(
+            lambda: self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False
+            ),
+            f"lease {name!r} in namespace {namespace!r}",
+        )
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return _items(
+            self._call(
+                lambda: self.core.list_namespaced_pod(
+                    namespace, label_selector=selector, _preload_content=False
+                ),
+                "pods",
+            )
+        )
+
+    # --- errors --------------------------------------------------------------------------------
+
+    def _call(self, call: Callable[[], Any], what: str) -> dict[str, Any]:
+        try:
+            response = call()
+        except ApiException as error:
+            raise PluginError(_api_message(error, what)) from None
+        except HTTPError as error:
+            raise PluginError(f"cannot reach the API server: {error}") from None
+        data = json.loads(response.data)
+        if not isinstance(data, dict):
+            raise PluginError(f"unexpected answer for {what}")
+        return data
+
+    def _maybe(self, call: Callable[[], Any], what: str) -> dict[str, Any] | None:
+        try:
+            return self._call(call, what)
+        except PluginError as error:
+            if str(error).endswith("not found"):
+                return None
+            raise
+
+
+def _items(listing: dict[str, Any]) -> list[dict[str, Any]]:
+    items = listing.get("items")
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _api_message(error: ApiException, what: str) -> str:
+    if error.status == 404:
+        return f"{what} not found"
+    try:
+        message = json.loads(error.body).get("message") or error.reason
+    except (TypeError, ValueError, AttributeError):
+        message = error.reason
+    return f"{what}: {message} ({error.status})"
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    namespace = (chosen or {}).get("context", {}).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+def _in_cluster_namespace() -> str:
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as file:
+            return file.read().strip() or "default"
+    except OSError:
+        return "default"
