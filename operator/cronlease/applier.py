@@ -210,9 +210,11 @@ class Applier:
                     decision = await decide(sj)
                     for deletion in decision.deletions:
                         await self._delete(sj, deletion)
+                    # A multi-step slot's run is a Run (cronlease.runobject), released as one.
+                    kind = RUN_KIND if sj.spec.get("steps") is not None else "Job"
                     for run in decision.runs:
-                        release = PlannedRelease(run.job_name, await self._create(sj, run))
-                        created.append((run, release))
+                        uid = await self._create(sj, run)
+                        created.append((run, PlannedRelease(run.job_name, uid, kind)))
             write = self._record(sj, obj, decision)
             if write is not None:
                 await self._write_status(write)
@@ -221,7 +223,7 @@ class Applier:
             # Recorded now: the runs created and the existing Jobs recorded by this decision
             # (unless their runs may still need them: a later decision releases those).
             recorded = [
-                (run, PlannedRelease(job.name, job.uid))
+                (run, PlannedRelease(job.name, job.uid, job.kind))
                 for run, job in decision.recorded
                 if job.held
             ]
