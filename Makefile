@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-decide soak clean
+.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -70,7 +70,7 @@ test: lint typecheck controlplane image unit e2e ## everything CI runs (controlp
 demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
 	bash hack/demo.sh
 
-bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/results/latest.md)
+bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/results/latest.md; BENCH_ARGS="--profile DIR" for both sides' CPU profiles)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/bench.py $(BENCH_ARGS)
 
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
@@ -81,6 +81,9 @@ chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 
 
 writes: venv controlplane ## API writes per slot, cronlease vs CronJob, counted by kube-apiserver (bench/results/writes.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/writes.py $(WRITES_ARGS)
+
+bench-shape: venv controlplane ## what the operator's Job shape costs the control plane against a bare Job (bench/results/jobshape.md)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/jobshape.py $(SHAPE_ARGS)
 
 bench-decide: venv ## the pure decision path on one core: slots per second, a day of per-second slots caught up (bench/results/decide.md; no cluster)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/decide.py $(DECIDE_ARGS)

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from burst_profiles import DEFAULT_SECONDS, Profiler
 from cronlease.kube import (
     JOBS,
     NAMESPACES,
@@ -261,7 +262,8 @@ async def remove_leftovers(api: KubeApi) -> None:
 
 async def delete_collection(api: KubeApi, path: str) -> None:
     """The API server cuts a request off after a minute; a collection of thousands may need
-    several (each deletes what it can in its minute)."""
+    several (each deletes what it can in its minute). A resource not installed (404: no chart,
+    for bench/jobshape.py) has nothing to delete."""
     for _ in range(COLLECTION_DELETE_ATTEMPTS):
         try:
             await api.request(
@@ -269,6 +271,8 @@ async def delete_collection(api: KubeApi, path: str) -> None:
             )
             return
         except (TransportError, ApiError) as error:
+            if isinstance(error, ApiError) and error.status == 404:
+                return
             if isinstance(error, ApiError) and error.status not in (429, 500, 503, 504):
                 raise
             print(f"  deleting {path}: {error!r}; again", flush=True)
@@ -304,30 +308,10 @@ async def wait_until(instant: float) -> None:
     await asyncio.sleep(max(0.0, instant - time.time()))
 
 
-# kube-apiserver's CPU profile (it serves /debug/pprof with --profiling, its default), taken
-# through kubectl as the admin (KUBECONFIG) over PROFILE_SECONDS from `at`: where its time goes
-# during a burst (issue 19, item 1). `go tool pprof -top` turns it into the report's table.
-PROFILE_SECONDS = 20
-
-
-async def profile_apiserver(out: Path | None, name: str, at: float) -> None:
-    if out is None:
-        return
-    await wait_until(at)
-    process = await asyncio.create_subprocess_exec(
-        "kubectl", "get", "--raw", f"/debug/pprof/profile?seconds={PROFILE_SECONDS}",
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    profile, _ = await process.communicate()
-    path = out / f"{name}.pprof"
-    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
-    await asyncio.to_thread(path.write_bytes, profile)
-    top = await asyncio.create_subprocess_exec(
-        "go", "tool", "pprof", "-top", "-nodecount=40", str(path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    text, _ = await top.communicate()
-    await asyncio.to_thread((out / f"{name}.top.txt").write_bytes, text)
+async def profile_from(profiler: Profiler | None, name: str, at: float, operator: bool) -> None:
+    if profiler is not None:
+        await wait_until(at)
+        await profiler.take(name, operator)
 
 
 # The phases
@@ -341,7 +325,7 @@ async def run_phase(
     slots: int,
     run_id: str,
     sampler: CostSampler,
-    profiles: Path | None = None,
+    profiler: Profiler | None = None,
 ) -> Phase:
     namespace = f"bench-{controller}-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
@@ -364,8 +348,9 @@ async def run_phase(
     first = next_minute(ready + 10)
     measured = [datetime.fromtimestamp(first.timestamp() + 60 * i, UTC) for i in range(slots)]
     phase = Phase(controller, n, [s.isoformat() for s in measured], expected=n * slots)
+    # From just before the slot: the burst is the operator's wake-up and its creations.
     profiling = asyncio.create_task(
-        profile_apiserver(profiles, f"{controller}-{n}", first.timestamp() - 1)
+        profile_from(profiler, f"{controller}-{n}", first.timestamp() - 0.2, kind == "ScheduledJob")
     )
     deadline = measured[-1].timestamp() + 55
     while time.time() < deadline:
@@ -406,17 +391,18 @@ async def wait_settled(api: KubeApi, path: str, n: int) -> float:
 
 
 async def raw_create_rate(
-    api: KubeApi, n: int, run_id: str, suspended: bool, profiles: Path | None = None
+    api: KubeApi, n: int, run_id: str, suspended: bool, profiler: Profiler | None = None
 ) -> float:
-    """Jobs/s a plain client gets when it creates N Jobs at once. The same Jobs as the
-    controllers make (pods follow, through the Job controller and kwok) are the fair reference;
-    suspended ones, with no pods, show what the API server alone can take."""
+    """Jobs/s a plain client gets when it creates N Jobs at once. Jobs of the controllers'
+    template (pods follow, through the Job controller and kwok) are the fair reference, bare of
+    what each controller adds (bench/jobshape.py measures what ours costs); suspended ones, with
+    no pods, show what the API server alone can take."""
     namespace = f"bench-raw-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
     template = job_template(f"{run_id}-raw")
     template["spec"]["suspend"] = suspended
     name = f"raw{'-suspended' if suspended else ''}-{n}"
-    profiling = asyncio.create_task(profile_apiserver(profiles, name, time.time()))
+    profiling = asyncio.create_task(profile_from(profiler, name, time.time(), operator=False))
     started = time.perf_counter()
     await gather_bounded(
         (
@@ -454,7 +440,8 @@ def markdown(results: dict[str, Any]) -> str:
         "outside watcher - slot.",
         "",
         "Raw create: a plain client creating the same N Jobs at once (64 in flight, as the "
-        "operator); burst = slot to the last Job of our first slot. Suspended: Jobs with no pods, "
+        "operator), before both controllers and after them, at the mean of the two times; "
+        "burst = slot to the last Job of our first slot. Suspended: Jobs with no pods, "
         "the API server alone. Rest: the 8 s before the slot, once the operator has written every "
         "ScheduledJob's first status.",
         "",
@@ -530,34 +517,34 @@ def _no_later(ours: float | None, theirs: float | None) -> bool:
     return theirs is None or (ours is not None and ours <= theirs)
 
 
+# Issue 19's targets: the burst against the raw create of the same N (1.5x allowed at 5000),
+# p99 against CronJob's at every N, and the operator's RSS at rest with 5,000 ScheduledJobs.
+BURST_LIMITS = {100: 1.1, 1000: 1.1, 5000: 1.5}
+RSS_LIMIT_MB = 100
+
+
 def targets(results: dict[str, Any]) -> list[str]:
-    by_n = results["by_n"]
     verdicts = []
-    if "100" in by_n:
-        p99 = by_n["100"]["cronlease"]["p99"]
-        verdicts.append(
-            f"p99 lag <= 0.5 s at N=100: {_lag(p99)} s, {_verdict(_no_later(p99, 0.5))}"
-        )
-    if "1000" in by_n:
-        entry = by_n["1000"]
-        raw = 1000 / entry["raw_jobs_per_s"]
+    for n, entry in results["by_n"].items():
+        limit = BURST_LIMITS.get(int(n), 1.1)
+        raw = int(n) / entry["raw_jobs_per_s"]
         burst = entry["cronlease"]["burst_seconds"]
         verdicts.append(
-            f"burst <= 1.25 x raw create at N=1000: {burst:.2f} s vs {1.25 * raw:.2f} s, "
-            f"{'met' if burst <= 1.25 * raw else 'MISSED'}"
+            f"burst <= {limit} x raw create at N={n}: {burst:.2f} s vs {limit * raw:.2f} s, "
+            f"{_verdict(burst <= limit * raw)}"
         )
-    for n, entry in by_n.items():
+    for n, entry in results["by_n"].items():
         ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
         verdicts.append(
             f"p99 <= CronJob's at N={n}: {_lag(ours)} vs {_lag(theirs)} s, "
             f"{_verdict(_no_later(ours, theirs) and ours is not None)}"
         )
-    if "5000" in by_n:
-        ours = by_n["5000"]["cronlease"]
+    if "5000" in results["by_n"]:
+        ours = results["by_n"]["5000"]["cronlease"]
         rest, peak = ours["rest_rss_mb"], ours["peak_rss_mb"]
         verdicts.append(
-            f"RSS <= 150 MB at N=5000: {rest:.0f} MB at rest, {_verdict(rest <= 150)}; "
-            f"peak {peak:.0f} MB, {_verdict(peak <= 150)}"
+            f"RSS <= {RSS_LIMIT_MB} MB at rest at N=5000: {rest:.0f} MB, "
+            f"{_verdict(rest <= RSS_LIMIT_MB)} (peak {peak:.0f} MB)"
         )
     return verdicts
 
@@ -653,21 +640,29 @@ async def measure(
         for n in args.n:
             print(f"N={n}", flush=True)
             entry: dict[str, Any] = {}
-            profiles = Path(args.profile) if args.profile else None
+            profiler = (
+                Profiler(Path(args.profile), args.profile_seconds, operator.pid)
+                if args.profile
+                else None
+            )
+            # The raw create, once before both controllers and once after: a single one
+            # varied from 296 to 562 Jobs/s between runs at N=1000; the ratios use the mean time.
+            raw_rates = [await raw_create_rate(api, n, run_id, suspended=False, profiler=profiler)]
             for controller in ("cronlease", "cronjob"):
                 phase = await run_phase(
-                    api, watcher, controller, n, args.slots, run_id, sampler, profiles
+                    api, watcher, controller, n, args.slots, run_id, sampler, profiler
                 )
                 phases.append(phase)
                 entry[controller] = phase.summary()
-            entry["raw_jobs_per_s"] = await raw_create_rate(
-                api, n, run_id, suspended=False, profiles=profiles
-            )
+            raw_rates.append(await raw_create_rate(api, n, run_id, suspended=False))
+            entry["raw_jobs_per_s_each"] = raw_rates
+            entry["raw_jobs_per_s"] = n / statistics.fmean(n / rate for rate in raw_rates)
             entry["raw_suspended_jobs_per_s"] = await raw_create_rate(
                 api, n, run_id, suspended=True
             )
             print(
-                f"  raw create: {entry['raw_jobs_per_s']:.0f} Jobs/s, suspended (no pods) "
+                f"  raw create: {' and '.join(f'{rate:.0f}' for rate in raw_rates)} Jobs/s "
+                f"(mean time: {entry['raw_jobs_per_s']:.0f}), suspended (no pods) "
                 f"{entry['raw_suspended_jobs_per_s']:.0f} Jobs/s",
                 flush=True,
             )
@@ -710,7 +705,14 @@ def main() -> None:
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(
         "--profile",
-        help="a directory for kube-apiserver's CPU profiles during each burst (and tables)",
+        help="a directory for CPU profiles of kube-apiserver and the operator during each "
+        "first burst, with their tables of cumulative time (hack/burst_profiles.py)",
+    )
+    parser.add_argument(
+        "--profile-seconds",
+        type=int,
+        default=DEFAULT_SECONDS,
+        help="how long each profile lasts from the slot",
     )
     parser.add_argument(
         "--kubeconfig", help="an admin kubeconfig (default: start the local cluster)"
