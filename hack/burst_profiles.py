@@ -81,7 +81,7 @@ def cumulative_table(collapsed: str, rows: int = TOP_ROWS) -> str:
 
 
 def _function(frame: str) -> str:
-    """ "name (path/to/module.py:123)" -> "name (module.py)": a function, not one of its lines."""
+    """A frame, "name (path/to/module.py:123)", as its function: "name (module.py)"."""
     name, _, where = frame.partition(" (")
     path = where.rstrip(")").rpartition(":")[0] or where.rstrip(")")
     return f"{name} ({Path(path).name})"
