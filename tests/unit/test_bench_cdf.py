@@ -1,5 +1,5 @@
-"""The bench's lag CDF (bench/bench.py) counts every Job due: missing Jobs keep a controller's
-curve below 1 (issue 19, item 3)."""
+"""The bench's report (bench/bench.py): the lag CDF counts every Job due, so missing Jobs keep
+a controller's curve below 1 (issue 19, item 3), and the targets are issue 19's."""
 
 from __future__ import annotations
 
@@ -29,3 +29,37 @@ def test_a_controller_that_missed_half_its_jobs_reaches_only_half() -> None:
     assert [(i + 1) / due for i in range(len(lags))][-1] == 0.5
     whole = module.Phase("cronlease", 4, lags=[0.4, 0.3, 0.2, 0.1])
     assert module.cdf(whole) == ([0.1, 0.2, 0.3, 0.4], 4)
+
+
+def test_the_targets_are_issue_19s() -> None:
+    """1.1x the raw create at 100 and 1,000, 1.5x at 5,000; p99 against CronJob's; RSS at
+    rest at 5,000 against 100 MB."""
+    module = bench()
+
+    def entry(burst: float, p99: float | None, theirs: float | None) -> dict[str, object]:
+        return {
+            "raw_jobs_per_s": 1000.0,  # N Jobs in N/1000 s
+            "cronlease": {
+                "burst_seconds": burst,
+                "p99": p99,
+                "rest_rss_mb": 99,
+                "peak_rss_mb": 120,
+            },
+            "cronjob": {"p99": theirs},
+        }
+
+    verdicts = module.targets(
+        {
+            "by_n": {
+                "1000": entry(1.05, 2.0, None),  # 1.05 x raw: met; CronJob missed: ours met
+                "5000": entry(7.6, None, None),  # 1.52 x raw: missed; ours missed too
+            }
+        }
+    )
+    assert verdicts == [
+        "burst <= 1.1 x raw create at N=1000: 1.05 s vs 1.10 s, met",
+        "burst <= 1.5 x raw create at N=5000: 7.60 s vs 7.50 s, MISSED",
+        "p99 <= CronJob's at N=1000: 2.000 vs missed s, met",
+        "p99 <= CronJob's at N=5000: missed vs missed s, MISSED",
+        "RSS <= 100 MB at rest at N=5000: 99 MB, met (peak 120 MB)",
+    ]
