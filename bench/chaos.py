@@ -152,6 +152,9 @@ BACKFILL_SLOTS = (3, 6)
 CANCEL_SHARE = 0.5
 # At the quiet end, the requests still running are given this long more to finish.
 REQUESTS_SETTLE = 60.0
+# At the end, a recorded slot's Job or Run must be released within this many seconds of the
+# listing that shows it recorded (an operator and API server still loaded by the faults).
+RELEASE_GRACE = 10.0
 # kill-leader and pause-leader first wait this long at most for a run to be between attempts.
 RUN_WAITS_TIMEOUT = 15.0
 # user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
@@ -310,8 +313,11 @@ class RunSightings:
         metadata = obj["metadata"]
         run = self.seen.runs.setdefault(metadata["uid"], RunSeen(metadata["uid"], metadata["name"]))
         run.observe(obj, deleted)
-        if (entry := first_sighting(obj, time.time())) is not None:
-            run.sighting = run.sighting or entry
+        obj.setdefault("kind", "Run")  # how a sighting tells a Run's end from a Job's
+        if run.sighting is not None:
+            run.sighting.observe(obj, time.time())
+        elif (entry := first_sighting(obj, time.time())) is not None:
+            run.sighting = entry
 
     def listed(self, version: str) -> None:
         pass
@@ -579,6 +585,71 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
     return True, "a replica crash-looped 3 times"
 
 
+def recorded_cursors(scheduledjobs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each ScheduledJob's processedUntil as listed: the slots up to it are recorded."""
+    cursors: dict[str, float] = {}
+    for sj in scheduledjobs:
+        until = parse_instant((sj.get("status") or {}).get("processedUntil"))
+        if until is not None:
+            cursors[sj["metadata"]["name"]] = until.timestamp()
+    return cursors
+
+
+def held_after_recorded(
+    cursors: dict[str, float],
+    listed_at: float,
+    jobs: list[dict[str, Any]],
+    seen: Observations,
+    step_runs: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The slots recorded by `listed_at` (their ScheduledJob's cursor is past them) whose Job
+    or multi-step Run still holds the slot-record finalizer in `jobs` and `step_runs`: their
+    release was lost. With retries, a run's attempts are held until it ends, and a dead letter
+    until its retention; a request's runs are the request audit's."""
+    held: list[dict[str, Any]] = []
+
+    def evidence(kind: str, listed: dict[str, Any], entry: Any, ended: float | None) -> None:
+        held.append(
+            {
+                "kind": kind,
+                "name": listed["metadata"]["name"],
+                "scheduledjob": entry.scheduledjob,
+                "slot": entry.slot,
+                "cursor": cursors[entry.scheduledjob],
+                "first_seen": round(entry.arrived, 3),
+                "run_ended": None if ended is None else round(ended, 3),
+                "listed_at": round(listed_at, 3),
+            }
+        )
+
+    for listed in step_runs:
+        entry = first_sighting(listed, time.time())
+        if (
+            FINALIZER in (listed["metadata"].get("finalizers") or [])
+            and entry is not None
+            and not entry.from_request
+            and entry.slot <= cursors.get(entry.scheduledjob, -math.inf)
+        ):
+            evidence("Run", listed, entry, None)
+    runs = runs_of(seen.jobs.values())
+    for listed in jobs:
+        metadata = listed["metadata"]
+        entry = seen.jobs.get(metadata["uid"])
+        if FINALIZER not in (metadata.get("finalizers") or []) or entry is None:
+            continue
+        if (metadata.get("labels") or {}).get(LABEL_DEAD_LETTER) == "true" or entry.from_request:
+            continue
+        ended = None
+        if entry.max_attempts:
+            attempts = runs[entry.scheduledjob, entry.run]
+            ended = attempts[-1].ended or attempts[-1].arrived
+            if verdict(attempts, listed_at) not in ENDED or ended > listed_at:
+                continue
+        if entry.slot <= cursors.get(entry.scheduledjob, -math.inf):
+            evidence("Job", listed, entry, ended)
+    return held
+
+
 def audit(
     scheduledjobs: list[dict[str, Any]],
     listed_at: float,
@@ -587,7 +658,7 @@ def audit(
     step_runs: list[dict[str, Any]] = (),  # type: ignore[assignment]
 ) -> dict[str, Any]:
     """`scheduledjobs` as listed at `listed_at`, after a quiet period; `jobs` and the multi-step
-    `step_runs` as listed a few seconds after them."""
+    `step_runs` as listed after them, once their releases settled (`releases_settle`)."""
     by_slot: dict[tuple[str, float], set[str]] = {}
     # A slot's run: its Job, or its Run (a multi-step ScheduledJob's), as first seen.
     firsts = {**seen.jobs, **{uid: r.sighting for uid, r in seen.runs.items() if r.sighting}}
@@ -652,34 +723,16 @@ def audit(
             or job.slot <= born_at[job.scheduledjob]
         )
     )
-    # A recorded slot whose Job still holds the finalizer: its release was lost. With retries,
-    # a run's attempts are held until it ends, and a dead letter until its retention.
-    held = sum(  # a multi-step Run recorded by its ScheduledJob and still held
-        1
-        for listed in step_runs
+    held = held_after_recorded(cursors, listed_at, jobs, seen, step_runs)
+    # A request's runs, its Jobs and its multi-step Runs, are the request audit's.
+    held_by_requests = [
+        entry
+        for listed in [*jobs, *step_runs]
         if FINALIZER in (listed["metadata"].get("finalizers") or [])
-        and (entry := first_sighting(listed, time.time())) is not None
-        and entry.slot <= cursors.get(entry.scheduledjob, -math.inf)
-    )
-    held_by_requests: list[Seen] = []  # for the request audit
-    runs = runs_of(seen.jobs.values())
-    for listed in jobs:
-        metadata = listed["metadata"]
-        entry = seen.jobs.get(metadata["uid"])
-        if FINALIZER not in (metadata.get("finalizers") or []) or entry is None:
-            continue
-        if (metadata.get("labels") or {}).get(LABEL_DEAD_LETTER) == "true":
-            continue
-        if entry.from_request:
-            held_by_requests.append(entry)
-            continue
-        if entry.max_attempts:
-            attempts = runs[entry.scheduledjob, entry.run]
-            ended_at = attempts[-1].ended or attempts[-1].arrived
-            if verdict(attempts, listed_at) not in ENDED or ended_at > listed_at:
-                continue
-        if entry.slot <= cursors.get(entry.scheduledjob, -math.inf):
-            held += 1
+        and (entry := firsts.get(listed["metadata"]["uid"])) is not None
+        and entry.from_request
+        and (listed["metadata"].get("labels") or {}).get(LABEL_DEAD_LETTER) != "true"
+    ]
     # A Job is from a stale leader if a newer token had been seen more than a second before the
     # API server admitted it. Its creationTimestamp is stamped just before validating admission
     # (the fence) and is cut to the second, so created > seen + 1 s means admitted more than 1 s
@@ -718,7 +771,7 @@ def audit(
     ]
     attempts = audit_runs(seen.jobs.values(), time.time(), leader_faults)
     by_request = audit_requests(
-        list(seen.requests.values()), seen.jobs.values(), held_by_requests, time.time()
+        list(seen.requests.values()), firsts.values(), held_by_requests, time.time()
     )
     return {
         "slots_expected": expected,
@@ -731,7 +784,8 @@ def audit(
         "off_schedule_jobs": off_schedule,
         "stale_leader_writes": len(stale),
         "seen_late_after_takeover": len(late),
-        "held_after_recorded": held,
+        "held_after_recorded": len(held),
+        "held_after_recorded_jobs": held,
         "jobs_seen": len(seen.jobs),
         "jobs_left_at_end": len(jobs),
         "user_deletes": seen.user_deletes,
@@ -768,7 +822,8 @@ LABELS = {
     "stale_leader_writes": "stale-leader writes admitted",
     "seen_late_after_takeover": "... Jobs admitted under the old token but first seen more than "
     "1 s after the new one (stored late)",
-    "held_after_recorded": "recorded slots whose Job still holds the finalizer at the end",
+    "held_after_recorded": "recorded slots whose Job or Run still holds the finalizer at the end",
+    "released_late": "... released only after the audit's first listing, within the grace",
     "jobs_seen": "Jobs seen by the auditor",
     "jobs_left_at_end": "Jobs left at the end",
     "user_deletes": "Jobs deleted by the user-deletes fault",
@@ -934,6 +989,13 @@ def report(
         "",
     ]
     lines += [f"- t+{fault.at:.0f} s: {fault.what}" for fault in faults]
+    for key, title in (
+        ("held_after_recorded_jobs", f"Still held {RELEASE_GRACE:.0f} s after the listing"),
+        ("released_late_jobs", "Released late"),
+    ):
+        if result.get(key):
+            lines += ["", f"{title}:", ""]
+            lines += [f"- {json.dumps(item, sort_keys=True)}" for item in result[key]]
     return "\n".join(lines) + "\n"
 
 
@@ -1048,15 +1110,40 @@ async def chaos(
         await requests_finish(seen)
         listed_at = time.time()
         listed = await api.request("GET", resource_path(SCHEDULEDJOBS, namespace))
-        # Jobs whose creation preceded the status just read arrive meanwhile, and a slot recorded
-        # in it has had its Job released (right after that status write) by then.
-        await asyncio.sleep(5)
-        jobs = await api.request("GET", resource_path(JOBS, namespace))
-        step_runs = await api.request("GET", resource_path(RUNS, namespace))
-        return audit(listed["items"], listed_at, jobs["items"], seen, step_runs["items"])
+        jobs, step_runs, released = await releases_settle(
+            api, namespace, recorded_cursors(listed["items"]), listed_at, seen
+        )
+        record = audit(listed["items"], listed_at, jobs, seen, step_runs)
+        return {**record, "released_late": len(released), "released_late_jobs": released}
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def releases_settle(
+    api: KubeApi, namespace: str, cursors: dict[str, float], listed_at: float, seen: Observations
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """List the Jobs and multi-step Runs until every slot recorded in `cursors` has had its
+    finalizer released, for at most RELEASE_GRACE. A slot is released right after the status
+    write that records it, but that write's own Job, or a retry's run that ended just before
+    `listed_at`, may still be on its way through a loaded operator and API server. Returns the
+    last listings and the ones released during the grace, with how long after `listed_at`."""
+    released: dict[str, dict[str, Any]] = {}
+    deadline = time.time() + RELEASE_GRACE
+    while True:
+        jobs = (await api.request("GET", resource_path(JOBS, namespace)))["items"]
+        step_runs = (await api.request("GET", resource_path(RUNS, namespace)))["items"]
+        held = held_after_recorded(cursors, listed_at, jobs, seen, step_runs)
+        names = {item["name"] for item in held}
+        for item in held:
+            released.setdefault(item["name"], item)
+        for name in set(released) - names:
+            released[name].setdefault("released_after_s", round(time.time() - listed_at, 1))
+        if not held or time.time() > deadline:
+            break
+        await asyncio.sleep(1.0)  # polling a condition, with a deadline
+    late = [item for item in released.values() if "released_after_s" in item]
+    return jobs, step_runs, late
 
 
 async def requests_finish(seen: Observations) -> None:

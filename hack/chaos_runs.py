@@ -129,6 +129,13 @@ class Seen:
             self.deleted = _epoch(metadata.get("deletionTimestamp"))
         if self.ended is not None:
             return
+        if job.get("kind") == "Run":  # a multi-step run: ended once its phase is final
+            phase = (job.get("status") or {}).get("phase")
+            if phase in RUN_ENDED:
+                self.ended = now
+                self.succeeded = phase == "Succeeded"
+                self.failure_reason = str(phase) if phase != "Succeeded" else ""
+            return
         for condition in (job.get("status") or {}).get("conditions") or []:
             if not isinstance(condition, dict) or condition.get("status") != "True":
                 continue
@@ -165,6 +172,10 @@ def seen(job: dict[str, Any], now: float) -> Seen | None:
     )
     entry.observe(job, now)
     return entry
+
+
+# The final phases of a multi-step Run (cronlease.io/v1alpha1), as the operator writes them.
+RUN_ENDED = frozenset({"Succeeded", "Failed", "Compensated", "CompensationFailed"})
 
 
 class Verdict(enum.StrEnum):

@@ -120,3 +120,16 @@ def test_a_leader_fault_between_two_attempts_is_counted() -> None:
     result = audit(jobs, faults=(100.5,))
     assert (result["runs_waiting_at_leader_fault"], result["next_attempt_by_new_leader"]) == (1, 1)
     assert audit(jobs, faults=(99.0, 102.0))["runs_waiting_at_leader_fault"] == 0
+
+
+def test_a_multi_step_run_ends_with_its_final_phase_not_with_job_conditions() -> None:
+    run = {**job(1, ended=None, max_attempts=0), "kind": "Run", "status": {"phase": "Running"}}
+    entry = seen(run, 100.0)
+    assert entry is not None and entry.ended is None
+    # A Run's conditions are not a Job's: Complete/Failed never appear, its phase says it.
+    entry.observe({**run, "status": {"phase": "Compensating"}}, 101.0)
+    assert entry.ended is None
+    entry.observe({**run, "status": {"phase": "Compensated"}}, 102.0)
+    assert (entry.ended, entry.succeeded, entry.failure_reason) == (102.0, False, "Compensated")
+    later = seen({**run, "status": {"phase": "Succeeded"}}, 103.0)
+    assert later is not None and (later.ended, later.succeeded) == (103.0, True)
