@@ -210,11 +210,8 @@ class Applier:
                     decision = await decide(sj)
                     for deletion in decision.deletions:
                         await self._delete(sj, deletion)
-                    # A multi-step slot's run is a Run (cronlease.runobject), released as one.
-                    kind = RUN_KIND if sj.spec.get("steps") is not None else "Job"
                     for run in decision.runs:
-                        uid = await self._create(sj, run)
-                        created.append((run, PlannedRelease(run.job_name, uid, kind)))
+                        created.append((run, await self._create(sj, run)))
             write = self._record(sj, obj, decision)
             if write is not None:
                 await self._write_status(write)
@@ -348,24 +345,27 @@ class Applier:
             f"deleted {deletion.kind} {deletion.job_name} ({deletion.reason})",
         )
 
-    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> str:
-        """Create the run's Job; its uid (of the Job an earlier attempt created, if adopted)."""
+    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> PlannedRelease:
+        """Create the run's Job, or its Run if the ScheduledJob has steps; what releases it: its
+        name, kind and uid (of the one an earlier attempt created, if adopted)."""
         self.check_leading()
         steps = steps_of(sj.spec)  # valid: decide() planned this run
         leader, token = self.leadership.identity, self.leadership.token
-        kind, model = (RUN_KIND, self.runs) if steps else ("Job", self.model)
+        create: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
         if steps is None:
+            kind, model, create = "Job", self.model, self.api.create_job
             job = build_job(sj, run, leader, token)
         else:
+            kind, model, create = RUN_KIND, self.runs, self.api.create_run
             job = build_run(sj, run, steps, leader, token)
-        create = self.api.create_job if steps is None else self.api.create_run
         try:
             with model.reading():  # its Job's deletion seen before the response stays buried
                 created = await self.fenced(lambda: create(job))
                 model.upsert_job(created)  # Forbid must see it before its watch event arrives
         except ApiError as error:
             if error.status == 409:
-                return await self._adopt_existing(sj, run, kind)
+                uid = await self._adopt_existing(sj, run, kind)
+                return PlannedRelease(run.job_name, uid, kind)
             if error.status == 403 and "NamespaceTerminating" in error.body:
                 raise NamespaceTerminating() from error
             if error.status in (400, 422):
@@ -381,7 +381,7 @@ class Applier:
         elif run.trigger == TRIGGER_SCHEDULE:
             metrics.schedule_lag.observe(max(lag, 0.0))
         self.event(sj.ref, "Normal", "SuccessfulCreate", f"created {kind} {run.job_name}")
-        return str(created["metadata"]["uid"])
+        return PlannedRelease(run.job_name, str(created["metadata"]["uid"]), kind)
 
     async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun, kind: str) -> str:
         """AlreadyExists: a Job the leader wrote for this run (an earlier attempt's) is adopted:
