@@ -91,6 +91,20 @@ class StatusWrite:
     patch: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """What a decision leaves to write once its creations are made: all a reconcile keeps while
+    it waits for creations to drain, not its object nor its decision (docs/design-notes.md,
+    items 12 and 100)."""
+
+    namespace: str
+    status: StatusWrite | None
+    requests: list[RequestStatus]
+    releases: list[PlannedRelease]
+    labels: list[PlannedLabel]
+    wake_at: float | None  # epoch seconds of the next decision, if any
+
+
 class NotLeading(Exception):
     """Raised before a write when this replica no longer holds the Lease (client-side fence)."""
 
@@ -180,73 +194,101 @@ class Applier:
         self._checked_generation: dict[str, int] = {}  # ScheduledJob uid -> template dry-run
 
     async def apply(
-        self, obj: dict[str, Any], decide: Callable[[ScheduledJobView], Awaitable[Decision]]
+        self,
+        load: Callable[[], dict[str, Any] | None],
+        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
     ) -> Applied:
-        """Decide on `obj` and apply the decision. The decision is made here, inside one of the
-        bounded acting slots, so that at a burst decisions interleave with create responses."""
-        sj = ScheduledJobView.from_object(obj)
+        """Decide on the ScheduledJob `load` reads from the model and apply the decision. The
+        object is read, and the decision made, inside one of the bounded acting slots, so that
+        at a burst decisions interleave with create responses, and the reconciles still waiting
+        for a slot hold no copy of their object."""
+        created: list[PlannedRelease] = []
         try:
-            return await self._apply(sj, obj, decide)
+            after = await self._act(load, decide, created)
+            if after is not None:
+                await self._follow_up(after)
         except NotLeading:
             return Applied(Outcome.NOT_LEADING)
         except Stale:
             return Applied(Outcome.STALE)
-        except RetryLater as error:
-            return Applied(Outcome.RETRY, error=str(error), progress=error.progress)
-        except (ApiError, TransportError) as error:
-            return Applied(Outcome.RETRY, error=str(error))
+        except NamespaceTerminating:
+            return Applied(Outcome.DONE)
+        except (RetryLater, ApiError, TransportError) as error:
+            # Jobs created before the failure: the next decision records them. Progress, not a
+            # failing object.
+            progress = bool(created) or (isinstance(error, RetryLater) and error.progress)
+            return Applied(Outcome.RETRY, error=str(error), progress=progress)
+        return Applied(Outcome.DONE, after.wake_at if after is not None else None)
 
-    async def _apply(
+    async def _act(
         self,
-        sj: ScheduledJobView,
-        obj: dict[str, Any],
+        load: Callable[[], dict[str, Any] | None],
         decide: Callable[[ScheduledJobView], Awaitable[Decision]],
-    ) -> Applied:
-        created: list[tuple[PlannedRun, PlannedRelease]] = []
-        try:
-            with self._creations.creating():
-                async with self._act_pool:
+        created: list[PlannedRelease],
+    ) -> FollowUp | None:
+        """Read, decide, delete and create in an acting slot; what is left to write after the
+        creations, or None if the template was refused (recorded here: its status write wakes
+        the decision that reports InvalidSpec)."""
+        runs: list[tuple[PlannedRun, PlannedRelease]] = []
+        refused: str | None = None
+        with self._creations.creating():
+            async with self._act_pool:
+                obj = load()
+                if obj is None or obj["metadata"].get("deletionTimestamp"):
+                    raise Stale()  # gone while it waited: decided again, as gone
+                sj = ScheduledJobView.from_object(obj)
+                try:
                     await self._check_template(sj)
                     decision = await decide(sj)
                     for deletion in decision.deletions:
                         await self._delete(sj, deletion)
                     for run in decision.runs:
-                        created.append((run, await self._create(sj, run)))
-            write = self._record(sj, obj, decision)
-            if write is not None:
-                await self._write_status(write)
-            for request in decision.requests:  # after the ScheduledJob's: its cursor first
-                await self._write_request_status(request)
-            # Recorded now: the runs created and the existing Jobs recorded by this decision
-            # (unless their runs may still need them: a later decision releases those).
-            recorded = [
-                (run, PlannedRelease(job.name, job.uid, job.kind))
-                for run, job in decision.recorded
-                if job.held
-            ]
-            # A request's run stays held until its request has recorded its result, which a
-            # later decision does (_plan_releases), whatever the ScheduledJob's retry policy.
-            settled = [
-                release
-                for run, release in [*created, *recorded]
-                if not decision.keep_runs_held and run.request is None
-            ]
-            for release in [*decision.releases, *settled]:
-                await self._release(sj.namespace, release)
-            for planned in decision.labels:
-                await self._label(sj, planned)
-        except TemplateRefused as refused:
-            await self._record_refused_template(sj, obj, str(refused))
-            return Applied(Outcome.DONE)  # its status write wakes a decision: InvalidSpec
-        except NamespaceTerminating:
-            log.info("%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name)
-            return Applied(Outcome.DONE)
-        except (RetryLater, ApiError, TransportError) as error:
-            if created:  # the next decision records those Jobs: progress, not a failing object
-                raise RetryLater(str(error), progress=True) from error
-            raise
-        wake_at = decision.wake_at.timestamp() if decision.wake_at else None
-        return Applied(Outcome.DONE, wake_at)
+                        release = await self._create(sj, run)
+                        created.append(release)
+                        runs.append((run, release))
+                except TemplateRefused as error:
+                    refused = str(error)
+                except NamespaceTerminating:
+                    log.info(
+                        "%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name
+                    )
+                    raise
+        if refused is not None:
+            await self._record_refused_template(sj, obj, refused)
+            return None
+        # Recorded by this decision's status write: the runs it created and the existing Jobs it
+        # records (unless their runs may still need them: a later decision releases those). A
+        # request's run stays held until its request has recorded its result, which a later
+        # decision does (_plan_releases), whatever the ScheduledJob's retry policy.
+        recorded = [
+            (run, PlannedRelease(job.name, job.uid, job.kind))
+            for run, job in decision.recorded
+            if job.held
+        ]
+        settled = [
+            release
+            for run, release in [*runs, *recorded]
+            if not decision.keep_runs_held and run.request is None
+        ]
+        return FollowUp(
+            namespace=sj.namespace,
+            status=self._record(sj, obj, decision),
+            requests=decision.requests,
+            releases=[*decision.releases, *settled],
+            labels=decision.labels,
+            wake_at=decision.wake_at.timestamp() if decision.wake_at else None,
+        )
+
+    async def _follow_up(self, after: FollowUp) -> None:
+        """The writes after the creations: status, then what it records."""
+        if after.status is not None:
+            await self._write_status(after.status)
+        for request in after.requests:  # after the ScheduledJob's: its cursor first
+            await self._write_request_status(request)
+        for release in after.releases:
+            await self._release(after.namespace, release)
+        for planned in after.labels:
+            await self._label(after.namespace, planned)
 
     # The template
 
@@ -458,7 +500,7 @@ class Applier:
             raise RetryLater(f"releasing {what}: {error}") from error
         model.released(namespace, release.job_name)
 
-    async def _label(self, sj: ScheduledJobView, planned: PlannedLabel) -> None:
+    async def _label(self, namespace: str, planned: PlannedLabel) -> None:
         """A label that marks the end of a run's attempt (after the status write): a dead letter
         (kept outside the history limits), or an attempt retried (never retried again)."""
         self.check_leading()
@@ -468,7 +510,7 @@ class Applier:
             with model.reading():
                 async with self._status_pool:
                     labelled = await label(
-                        sj.namespace, planned.job_name, planned.uid, {planned.label: planned.value}
+                        namespace, planned.job_name, planned.uid, {planned.label: planned.value}
                     )
                 model.upsert_job(labelled)  # the next decision must not label it again
         except ApiError as error:

@@ -144,8 +144,7 @@ class Scheduler:
 
     async def reconcile(self, key: Key) -> Applied:
         """One reconcile of the ScheduledJob `key` (or of the Jobs it leaves behind, if gone)."""
-        obj = self.model.scheduledjob(key)
-        if obj is None or obj["metadata"].get("deletionTimestamp"):
+        if not self.model.scheduledjob_live(key):
             # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
             # collector; a foreground deletion waits for them), and none may wait on us.
             held = [
@@ -157,7 +156,8 @@ class Scheduler:
                 return released
             waiting = plan_waiting(key[1], self._requests(*key))
             return await self.applier.apply_requests(waiting)
-        return await self.applier.apply(obj, self.decide)
+        # Read in the acting slot: thousands of reconciles wait for one at a burst.
+        return await self.applier.apply(lambda: self.model.scheduledjob(key), self.decide)
 
     def _requests(self, namespace: str, name: str) -> list[RunRequestView]:
         """The RunRequests for the ScheduledJob; one being deleted (a finalizer of someone

@@ -62,14 +62,16 @@ class Shell:
         now: datetime = NOW,
         patience: float = 30.0,
         clock: Callable[[], datetime] | None = None,
+        concurrency: int = 64,
     ) -> None:
-        """Decisions happen at `now` (tests move it), or at what `clock` says if given."""
+        """Decisions happen at `now` (tests move it), or at what `clock` says if given;
+        `concurrency` ScheduledJobs act at once."""
         self.server = server or FakeApiServer(clock=lambda: CREATED)
         self.api = KubeApi(self.server)
         self.leadership = leadership or SoleLeader("leader-a")
         self.wakeups: WakeupQueue[Key] = WakeupQueue()
         self.model = Model(self.wakeups.changed, on_job_change=self.wakeups.notify)
-        self.applier = Applier(self.api, self.leadership, self.model, patience=patience)
+        self.applier = Applier(self.api, self.leadership, self.model, concurrency, patience)
         self.now = now
         self.applier.events.clock = lambda: self.now.timestamp()  # Events happen at `now`
         listed = asyncio.Event()
@@ -116,7 +118,9 @@ class Shell:
 
     async def apply(self, name: str, obj: dict[str, Any] | None = None) -> Applied:
         """One reconcile of `name` (decided on `obj`, a copy the test chose, if given)."""
-        return await self.applier.apply(obj or self.current(name), self.scheduler.decide)
+        return await self.applier.apply(
+            lambda: obj or self.model.scheduledjob((NAMESPACE, name)), self.scheduler.decide
+        )
 
     def successor(self, leadership: Leadership | None = None) -> Shell:
         """The next leader after a crash or a handover: a cold model, filled from a listing."""

@@ -4,7 +4,9 @@ API server says no, loses a response, or another leader has taken over."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from builders import NAMESPACE
@@ -234,3 +236,38 @@ async def test_a_write_refused_for_the_writers_identity_is_not_taken_for_a_stale
     assert applied.outcome is Outcome.RETRY
     assert "not the release's ServiceAccount" in applied.error
     assert [m for m, path in shell.server.calls if path.endswith("/jobs")].count("POST") == 2
+
+
+async def test_a_reconcile_waiting_for_an_acting_slot_reads_its_object_only_once_it_has_one() -> (
+    None
+):
+    # At a burst thousands of reconciles wait for one of the slots: each holding a decoded copy
+    # of its ScheduledJob set the operator's peak memory (docs/design-notes.md, item 100).
+    shell = Shell(concurrency=1)
+    for name in ("slow", "report", "gone"):
+        shell.create(name)
+    read: list[str] = []
+
+    def loader(name: str) -> Callable[[], dict[str, Any] | None]:
+        def load() -> dict[str, Any] | None:
+            read.append(name)
+            return shell.model.scheduledjob((NAMESPACE, name))
+
+        return load
+
+    release = asyncio.Event()
+    shell.server.hold("POST", JOB_PATH, release, body='"name":"slow-')
+    waiting = [
+        asyncio.create_task(shell.applier.apply(loader(name), shell.scheduler.decide))
+        for name in ("slow", "report", "gone")
+    ]
+    await eventually(lambda: shell.server.held == 1)
+    assert read == ["slow"]
+    # Deleted while it waited: decided again, then as gone.
+    gone = shell.current("gone")
+    shell.model.delete_scheduledjob(gone)
+    release.set()
+    outcomes = [applied.outcome for applied in await asyncio.gather(*waiting)]
+    assert outcomes == [Outcome.DONE, Outcome.DONE, Outcome.STALE]
+    assert read == ["slow", "report", "gone"]
+    assert shell.status("report")["processedUntil"] == format_time(SLOT)

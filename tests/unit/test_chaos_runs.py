@@ -125,11 +125,13 @@ def test_a_leader_fault_between_two_attempts_is_counted() -> None:
 def test_a_multi_step_run_ends_with_its_final_phase_not_with_job_conditions() -> None:
     run = {**job(1, ended=None, max_attempts=0), "kind": "Run", "status": {"phase": "Running"}}
     entry = seen(run, 100.0)
-    assert entry is not None and entry.ended is None
+    assert entry is not None
+    assert entry.ended is None
     # A Run's conditions are not a Job's: Complete/Failed never appear, its phase says it.
     entry.observe({**run, "status": {"phase": "Compensating"}}, 101.0)
     assert entry.ended is None
     entry.observe({**run, "status": {"phase": "Compensated"}}, 102.0)
     assert (entry.ended, entry.succeeded, entry.failure_reason) == (102.0, False, "Compensated")
     later = seen({**run, "status": {"phase": "Succeeded"}}, 103.0)
-    assert later is not None and (later.ended, later.succeeded) == (103.0, True)
+    assert later is not None
+    assert (later.ended, later.succeeded) == (103.0, True)
