@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide soak clean
+.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ writes: venv controlplane ## API writes per slot, cronlease vs CronJob, counted 
 
 bench-shape: venv controlplane ## what the operator's Job shape costs the control plane against a bare Job (bench/results/jobshape.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/jobshape.py $(SHAPE_ARGS)
+
+bench-shards: venv ## a burst through S shard leaders, simulated from the measured costs: the largest N with p99 <= 1 s (bench/results/shards.md; no cluster)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/shards.py $(SHARDS_ARGS)
 
 bench-decide: venv ## the pure decision path on one core: slots per second, a day of per-second slots caught up (bench/results/decide.md; no cluster)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/decide.py $(DECIDE_ARGS)
