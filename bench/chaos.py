@@ -623,7 +623,8 @@ def held_after_recorded(
         )
 
     for listed in step_runs:
-        entry = first_sighting(listed, time.time())
+        run = seen.runs.get(listed["metadata"]["uid"])
+        entry = run.sighting if run and run.sighting else first_sighting(listed, time.time())
         if (
             FINALIZER in (listed["metadata"].get("finalizers") or [])
             and entry is not None
@@ -670,7 +671,7 @@ def audit(
     expected = created = missing = behind = 0
     skips: dict[str, int] = {}
     populations: dict[str, dict[str, int]] = {}
-    cursors: dict[str, float] = {}
+    cursors = recorded_cursors(scheduledjobs)
     born_at: dict[str, float] = {}
     for sj in scheduledjobs:
         name = sj["metadata"]["name"]
@@ -678,7 +679,7 @@ def audit(
         until = parse_instant((sj.get("status") or {}).get("processedUntil"))
         if born is None or until is None:
             continue
-        cursors[name], born_at[name] = until.timestamp(), born.timestamp()
+        born_at[name] = born.timestamp()
         # Liveness: after the quiet end, every slot more than CURSOR_SLACK old is processed.
         # (Without this, an operator that stopped scheduling would audit clean.)
         behind += len(
