@@ -19,6 +19,7 @@ import statistics
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from decide import SLOT, scheduledjob
 
@@ -42,6 +43,19 @@ def decision_times(count: int) -> list[float]:
             build_job(sj, run, "bench-leader", 1)
         times.append(time.perf_counter() - start)
     return times
+
+
+def table(rows: list[dict[str, Any]], shards: list[int], key: str, form: str) -> list[str]:
+    """One row per control plane (cores, API server speed), one column per shard count."""
+    header = " | ".join(f"S={s}" for s in shards)
+    lines = [
+        f"| control-plane cores K | API server | Jobs/s | {header} |",
+        "|---|---|---|" + "---|" * len(shards),
+    ]
+    for row in rows:
+        cells = " | ".join(form.format(row[key][s]) for s in shards)
+        lines.append(f"| {row['cores']} | {row['api']} | {row['rate']:,.0f} | {cells} |")
+    return lines
 
 
 def main() -> None:
@@ -89,7 +103,6 @@ def main() -> None:
         "rows": rows,
     }
     shards = args.shards
-    header = " | ".join(f"S={s}" for s in shards)
     lines = [
         "# Bursts through S shard leaders: the largest N due at once with p99 <= 1 s",
         "",
@@ -103,22 +116,10 @@ def main() -> None:
         f"{args.rate_per_core[1]:.0f} a core), times K. {args.per_namespace} ScheduledJobs a "
         "namespace; namespaces go to shards by hash.",
         "",
-        f"| control-plane cores K | API server | Jobs/s | {header} |",
-        "|---|---|---|" + "---|" * len(shards),
     ]
-    for row in rows:
-        cells = " | ".join(f"{row['largest'][s]:,}" for s in shards)
-        lines.append(f"| {row['cores']} | {row['api']} | {row['rate']:,.0f} | {cells} |")
-    lines += [
-        "",
-        "p99 lag, seconds, of 10,000 slots due at once:",
-        "",
-        f"| control-plane cores K | API server | {header} |",
-        "|---|---|" + "---|" * len(shards),
-    ]
-    for row in rows:
-        cells = " | ".join(f"{row['p99_10k'][s]:.2f}" for s in shards)
-        lines.append(f"| {row['cores']} | {row['api']} | {cells} |")
+    lines += table(rows, shards, "largest", "{:,}")
+    lines += ["", "p99 lag, seconds, of 10,000 slots due at once:", ""]
+    lines += table(rows, shards, "p99_10k", "{:.2f}")
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "shards.md").write_text(text)
