@@ -7,7 +7,7 @@ oldest Job once it keeps three, a million deletions in all. Everything reaches t
 `cronlease.model.Model` the way the operator feeds it:
 
 - watch events (ADDED, MODIFIED as the Job runs, finishes and has its slot-record finalizer
-  released, DELETED) through the Job watch's own observer (`cronlease.jobwatch`), each parsed
+  released, DELETED) through the Job watch's own observer (`cronlease.modelwatch`), each parsed
   from a JSON line as the list-then-watch does;
 - create responses and status-write responses inside `Model.reading()`, 64 in flight at once
   (the applier's acting slots), each answered after the watch events that overtook it, so that
@@ -43,10 +43,10 @@ from typing import Any
 
 import orjson
 
-from cronlease.jobwatch import JobWatch
 from cronlease.kube import LIST_PAGE, KubeApi
 from cronlease.listwatch import Observer
 from cronlease.model import Model
+from cronlease.modelwatch import JobWatch
 from cronlease.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
@@ -230,7 +230,7 @@ class Soak:
         self.args = args
         self.changes = 0
         self.model = Model(self._changed, on_job_finished=lambda job: None)
-        # The operator's Job watch, for its observer and listing hook (cronlease.jobwatch).
+        # The operator's Job watch, for its observer and listing hook (cronlease.modelwatch).
         job_watch = JobWatch(KubeApi(NoTransport()), self.model, (), asyncio.Event())
         self.list_watch = job_watch._watch("")
         self.observer: Observer = self.list_watch.observer

@@ -2,7 +2,8 @@
 
 No on.create/update/resume handlers, no timers, no kopf peering: those keep per-object state in
 annotations that replicas would fight over. Handlers are async so they run on the loop that owns
-the model, never in a thread. Jobs are watched by cronlease.jobwatch, which costs less per event.
+the model, never in a thread. kopf watches only RunRequests, which are few: ScheduledJobs and
+Jobs are watched by cronlease.modelwatch, which costs less per event (design note 102).
 """
 
 from __future__ import annotations
@@ -11,19 +12,11 @@ from typing import Any, cast
 
 import kopf
 
-from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION, metrics
+from cronlease import GROUP, REQUEST_PLURAL, VERSION
 from cronlease.model import Model
 
 
 def register(registry: kopf.OperatorRegistry, model: Model) -> None:
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def scheduledjob_event(event: kopf.RawEvent, **_: Any) -> None:
-        if event["type"] == "DELETED":
-            model.delete_scheduledjob(_object(event))
-        else:
-            model.upsert_scheduledjob(_object(event))
-        metrics.scheduledjobs.set(model.scheduledjob_count)
 
     @kopf.on.event(GROUP, VERSION, REQUEST_PLURAL, registry=registry)
     async def runrequest_event(event: kopf.RawEvent, **_: Any) -> None:

@@ -1,13 +1,13 @@
 """/healthz and /readyz on one port, as controller-runtime serves them.
 
 Liveness and readiness ask different questions. Liveness: should this process be restarted? Only
-when a fresh start would help: the Job watch has failed for a minute. Readiness: is this
-replica's view of the cluster synced? Not until the Job watch has listed every scope, and not
-while it is failing. A standby is ready too: readiness is about the view, not the Lease, so a
-rolling update waits for the new replica's model before it stops an old one.
+when a fresh start would help: the ScheduledJob or Job watch has failed for a minute. Readiness:
+is this replica's view of the cluster synced? Not until both watches have listed every scope,
+and not while one is failing. A standby is ready too: readiness is about the view, not the
+Lease, so a rolling update waits for the new replica's model before it stops an old one.
 
 kopf's own liveness endpoint serves one path, so this server replaces it (kopf's probes were only
-our Job-watch check).
+our watch check).
 """
 
 from __future__ import annotations

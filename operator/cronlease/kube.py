@@ -307,12 +307,6 @@ class KubeApi:
 
     # ScheduledJobs
 
-    def list_scheduledjobs(
-        self, namespace: str = ""
-    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
-        """An empty namespace lists all."""
-        return self.list_pages(resource_path(SCHEDULEDJOBS, namespace))
-
     async def get_scheduledjob(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.transport.request("GET", resource_path(SCHEDULEDJOBS, namespace, name))
 

@@ -1,8 +1,8 @@
 """`cronlease`: run the operator.
 
-kopf watches ScheduledJobs (standalone: kopf's peering is not leader election and has no
-fencing), cronlease.jobwatch their Jobs; our scheduler loop runs beside them on the same event
-loop and is the only thing that writes.
+cronlease.modelwatch watches ScheduledJobs and their Jobs, kopf the RunRequests (standalone:
+kopf's peering is not leader election and has no fencing); our scheduler loop runs beside them
+on the same event loop and is the only thing that writes.
 """
 
 from __future__ import annotations
@@ -13,20 +13,20 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import kopf
 import prometheus_client
 
-from cronlease import handlers, health, metrics
+from cronlease import handlers, health, heaptrim, metrics
 from cronlease.applier import Applier
 from cronlease.fenceprobe import fencing_refusal
 from cronlease.jobinfo import job_info
-from cronlease.jobwatch import JobWatch
 from cronlease.kube import LIST_PAGE, KubeApi, connect, login
 from cronlease.leadership import ElectionConfig, Leadership, LeaseElector, SoleLeader
 from cronlease.model import Key, Model
+from cronlease.modelwatch import JobWatch, ScheduledJobWatch
 from cronlease.options import configure_logging, parse_args, version
 from cronlease.runobject import run_info
 from cronlease.runstore import RunStore
@@ -78,8 +78,8 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
     return LeaseElector(api, identity, config)
 
 
-# A Job watch failing this long without a success fails liveness: after the probe's failures the
-# pod restarts with a fresh watch. Readiness fails sooner: the view is not synced.
+# A watch (of ScheduledJobs or of Jobs) failing this long without a success fails liveness: after
+# the probe's failures the pod restarts with fresh watches. Readiness fails sooner: not synced.
 WATCH_STUCK_AFTER = 60.0
 WATCH_UNSYNCED_AFTER = 5.0
 # The exit status when the configuration cannot work (EX_CONFIG).
@@ -111,7 +111,8 @@ async def run(args: argparse.Namespace) -> None:
     run_wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
     store = RunStore(run_wakeups.notify, clock=server_clock.now)  # heartbeats seen, on it too
     run_watch = RunWatch(api, runs, store, namespaces)
-    jobs_listed, everything_listed = asyncio.Event(), asyncio.Event()
+    jobs_listed, scheduledjobs_listed = asyncio.Event(), asyncio.Event()
+    everything_listed = asyncio.Event()
     applier = Applier(api, leadership, model, args.max_concurrency, runs=runs)
     scheduler = Scheduler(
         api,
@@ -128,14 +129,19 @@ async def run(args: argparse.Namespace) -> None:
         api, leadership, store, applier, run_wakeups, run_watch.listed, clock=server_clock.now
     )
     job_watch = JobWatch(api, model, namespaces, jobs_listed)
+    scheduledjob_watch = ScheduledJobWatch(api, model, namespaces, scheduledjobs_listed)
+    watches = (scheduledjob_watch, job_watch)
 
     async def listed() -> None:
-        """A new leader decides once both Jobs and Runs are listed (Forbid counts either)."""
+        """A new leader decides once ScheduledJobs, Jobs and Runs are listed (Forbid counts
+        either kind of run)."""
+        await scheduledjobs_listed.wait()
         await jobs_listed.wait()
         await run_watch.listed.wait()
         everything_listed.set()
 
     metrics.dead_letters.set_function(lambda: model.dead_letter_count)
+    metrics.scheduledjobs.set_function(lambda: model.scheduledjob_count)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, model)
     tasks: list[asyncio.Task[None]] = []
@@ -177,8 +183,8 @@ async def run(args: argparse.Namespace) -> None:
     host, port = args.metrics_bind.rsplit(":", 1)
     prometheus_client.start_http_server(int(port), addr=host)
     checks = health.HealthChecks(
-        liveness=lambda: job_watch.stuck(WATCH_STUCK_AFTER),
-        readiness=lambda: job_watch.unsynced(WATCH_UNSYNCED_AFTER),
+        liveness=lambda: _first(watch.stuck(WATCH_STUCK_AFTER) for watch in watches),
+        readiness=lambda: _first(watch.unsynced(WATCH_UNSYNCED_AFTER) for watch in watches),
     )
     health_server = await health.serve(args.health_bind, checks)
     log.info(
@@ -190,9 +196,11 @@ async def run(args: argparse.Namespace) -> None:
     tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
     tasks.append(asyncio.create_task(supervisor.run(), name="supervisor"))
     tasks.append(asyncio.create_task(job_watch.run(), name="jobs"))
+    tasks.append(asyncio.create_task(scheduledjob_watch.run(), name="scheduledjobs"))
     tasks.append(asyncio.create_task(run_watch.run(), name="runs"))
     tasks.append(asyncio.create_task(listed(), name="listed"))
     tasks.append(asyncio.create_task(leadership.run(), name="election"))
+    tasks.append(asyncio.create_task(heaptrim.run(), name="heap trim"))
     for task in tasks:
         task.add_done_callback(_exit_if_failed)
     try:
@@ -225,6 +233,10 @@ async def refuse_if_fenced(api: KubeApi, namespace: str, leadership: Leadership)
     sys.exit(EXIT_CONFIG)
 
 
+def _first(reasons: Iterable[str | None]) -> str | None:
+    return next((reason for reason in reasons if reason), None)
+
+
 def _count_result(job: dict[str, Any]) -> None:
     info = job_info(job)
     # A label value from a Job's annotation only when trusted: one of four known triggers.
@@ -232,7 +244,7 @@ def _count_result(job: dict[str, Any]) -> None:
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:
-    """The scheduler, the Job watch and the elector never return on their own: if one dies, so
+    """The scheduler, the watches and the elector never return on their own: if one dies, so
     does the process, so that Kubernetes restarts it, rather than leave a replica that watches
     and never acts (or acts on a model that no longer sees its Jobs)."""
     if task.cancelled() or task.exception() is None:

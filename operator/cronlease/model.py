@@ -197,6 +197,16 @@ class Model:
                 if not owned:
                     del self._jobs_by_owner[(key[0], uid)]
 
+    def forget_unlisted_scheduledjobs(self, namespace: str, listed: set[Key], version: str) -> None:
+        """As forget_unlisted_jobs: a ScheduledJob a full listing lacked, and no newer in the
+        model than the listing, was deleted while no watch was open; it goes as its DELETED
+        event would have taken it (its held Jobs released, its requests told)."""
+        for key, stored in list(self._scheduledjobs.items()):
+            if namespace and key[0] != namespace:
+                continue
+            if key not in listed and not is_newer(stored.version, version):
+                self.delete_scheduledjob(stored.unpack())
+
     # RunRequests: few, and each read only by its ScheduledJob's decisions
 
     def upsert_runrequest(self, obj: dict[str, Any]) -> None:

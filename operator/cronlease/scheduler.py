@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from cronlease import backoff, metrics
+from cronlease import backoff
 from cronlease.applier import Applied, Applier, Outcome
 from cronlease.decision import Decision, ScheduledJobView
 from cronlease.kube import ApiError, KubeApi
@@ -41,7 +41,7 @@ class Scheduler:
         leadership: Leadership,
         model: Model,
         wakeups: WakeupQueue[Key],
-        jobs_listed: asyncio.Event,
+        listed: asyncio.Event,
         namespaces: tuple[str, ...] = (),
         max_concurrency: int = 64,
         applier: Applier | None = None,
@@ -51,8 +51,8 @@ class Scheduler:
         self.leadership = leadership
         self.model = model
         self.wakeups = wakeups
-        # Set by the Job watch once its first listing is in the model (cronlease.jobwatch).
-        self._jobs_listed = jobs_listed
+        # Set once the watches' first listings are in the model (cronlease.modelwatch).
+        self._listed = listed
         self.namespaces = namespaces
         self.applier = applier or Applier(api, leadership, model, max_concurrency)
         self._clock = clock  # "now" for decisions (tests pass their own)
@@ -72,21 +72,18 @@ class Scheduler:
             await self.wakeups.wait()
 
     async def _seed(self) -> None:
-        """Fill the model once from the API server's watch cache before the first decision.
+        """Fill the model's RunRequests once before the first decision.
 
-        kopf keeps ScheduledJobs and RunRequests current on every replica, but has no public
-        signal for "initial listing done", so they are listed here; the Jobs come from the Job
-        watch's own listing, awaited first. Without both a new leader could decide Forbid on a
-        partial model.
+        The ScheduledJobs and Jobs come from our own watches, whose first listings are awaited
+        first (`listed`). kopf keeps RunRequests current on every replica but has no public
+        signal for "initial listing done", so they are listed here. Without all three a new
+        leader could decide on a partial model (Forbid, or a request that looks cancelled).
         """
-        await self._jobs_listed.wait()
+        await self._listed.wait()
         for attempt in itertools.count(1):
             try:
                 with self.model.reading():  # kopf may deliver a deletion meanwhile
                     for namespace in self.namespaces or ("",):
-                        async for items, _ in self.api.list_scheduledjobs(namespace):
-                            for item in items:
-                                self.model.upsert_scheduledjob(item)
                         await self._seed_requests(namespace)
                 break
             except Exception as error:  # 429 while the CRD settles, a dropped connection
@@ -94,7 +91,6 @@ class Scheduler:
                 log.warning("seeding the model: %s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
         self._seeded = True
-        metrics.scheduledjobs.set(self.model.scheduledjob_count)
         log.info("model seeded with %d ScheduledJobs", self.model.scheduledjob_count)
 
     async def _seed_requests(self, namespace: str) -> None:

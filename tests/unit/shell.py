@@ -11,10 +11,10 @@ from builders import CREATED, NAMESPACE, job_template
 from fakeapi import FakeApiServer
 
 from cronlease.applier import Applied, Applier
-from cronlease.jobwatch import JobWatch
 from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS, KubeApi
 from cronlease.leadership import Leadership, SoleLeader
 from cronlease.model import Key, Model
+from cronlease.modelwatch import JobWatch
 from cronlease.scheduler import Scheduler
 from cronlease.wakeups import WakeupQueue
 

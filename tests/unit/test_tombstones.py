@@ -15,9 +15,9 @@ from fakeapi import Fault
 from shell import Shell, eventually, scheduledjob
 from test_watching import job, names
 
-from cronlease.jobwatch import JobWatch
-from cronlease.kube import JOBS, SCHEDULEDJOBS
+from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
 from cronlease.model import Model
+from cronlease.modelwatch import JobWatch, ScheduledJobWatch
 from cronlease.naming import FINALIZER_SLOT_RECORD, LABEL_SCHEDULEDJOB
 from cronlease.scheduler import Scheduler
 
@@ -219,24 +219,46 @@ class Listed(asyncio.Event):
         super().set()
 
 
-async def test_a_seeding_listing_in_flight_does_not_resurrect_a_deleted_scheduledjob() -> None:
-    """The leader's one-time LIST of ScheduledJobs runs beside kopf's watch: a page read before
-    a deletion may arrive after kopf delivered it. Once the seeding is done, nothing is kept."""
+async def test_a_seeding_listing_in_flight_does_not_resurrect_a_deleted_runrequest() -> None:
+    """The leader's one-time LIST of RunRequests runs beside kopf's watch: a page read before a
+    deletion may arrive after kopf delivered it. Once the seeding is done, nothing is kept."""
+    shell = Shell()
+    shell.request("now", scheduledJobName="report")
+    page = asyncio.Event()
+    shell.server.hold("GET", r"/runrequests$", page, late=True)
+    listed = asyncio.Event()
+    listed.set()
+    scheduler = Scheduler(shell.api, shell.leadership, shell.model, shell.wakeups, listed)
+    seeding = asyncio.create_task(scheduler._seed())
+    await eventually(lambda: shell.server.held == 1)  # the page holds "now"
+    shell.server.remove(*RUNREQUESTS, NAMESPACE, "now")
+    shell.model.delete_runrequest(last_deleted(shell))  # kopf's DELETED, as handlers.py feeds it
+    page.set()
+    await seeding
+    assert shell.model.runrequests_for(NAMESPACE, "report") == []
+    assert shell.model.sizes()["tombstones"] == 0
+
+
+async def test_a_scheduledjob_listing_in_flight_does_not_resurrect_a_deleted_scheduledjob() -> None:
+    """A ScheduledJob's deletion reaching the model while a page that still holds it is in
+    flight (a write's response, from outside the watch, got there first)."""
     shell = Shell()
     shell.server.put(scheduledjob("report"))
     page = asyncio.Event()
     shell.server.hold("GET", r"/scheduledjobs$", page, late=True)
     listed = asyncio.Event()
-    listed.set()
-    scheduler = Scheduler(shell.api, shell.leadership, shell.model, shell.wakeups, listed)
-    seeding = asyncio.create_task(scheduler._seed())
-    await eventually(lambda: shell.server.held == 1)  # the page holds "report"
-    shell.server.remove(*SCHEDULEDJOBS, NAMESPACE, "report")
-    shell.model.delete_scheduledjob(last_deleted(shell))  # kopf's DELETED, as handlers.py feeds it
-    page.set()
-    await seeding
-    assert shell.model.scheduledjob((NAMESPACE, "report")) is None
-    assert shell.model.sizes()["tombstones"] == 0
+    task = asyncio.create_task(ScheduledJobWatch(shell.api, shell.model, (), listed).run())
+    try:
+        await eventually(lambda: shell.server.held == 1)  # the page holds "report"
+        shell.server.remove(*SCHEDULEDJOBS, NAMESPACE, "report")
+        shell.model.delete_scheduledjob(last_deleted(shell))
+        page.set()
+        await eventually(listed.is_set)
+        assert shell.model.scheduledjob((NAMESPACE, "report")) is None
+        assert shell.model.sizes()["tombstones"] == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_job_listing_in_flight_does_not_resurrect_a_deleted_job() -> None:

@@ -1,5 +1,6 @@
-"""The one list-then-watch, as the Job watch uses it, on the fake API server: listing, following,
-resuming from bookmarks, listing again after 410, and objects it cannot take."""
+"""The one list-then-watch, as the Job and ScheduledJob watches use it, on the fake API server:
+listing, following, resuming from bookmarks, listing again after 410, and objects it cannot
+take."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from typing import Any
 
 import pytest
 from builders import NAMESPACE, OWNER_REF
-from shell import Shell, eventually
+from shell import Shell, eventually, scheduledjob
 
-from cronlease.jobwatch import JobWatch
-from cronlease.kube import JOBS
+from cronlease.kube import JOBS, SCHEDULEDJOBS
+from cronlease.modelwatch import JobWatch, ScheduledJobWatch
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
 
 OWNER_UID = "uid-report"
@@ -139,6 +140,38 @@ async def test_readiness_waits_for_every_scope_to_list_and_fails_while_a_watch_f
         await eventually(a_second_passes_and_readiness_fails)
         assert (watch.unsynced(after=5) or "").startswith("the Job watch of team-")
         assert watch.stuck(after=60) is None  # not ready, but alive: no restart yet
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_scheduledjob_watch_follows_and_after_410_settles_a_deletion_it_missed() -> None:
+    """A ScheduledJob deleted while no watch was open is gone from the model after the next
+    listing (and its key woken, so that its held Jobs are released), not kept for ever."""
+    shell = Shell()
+    shell.server.put(scheduledjob("listed"))
+    listed = asyncio.Event()
+    watch = ScheduledJobWatch(shell.api, shell.model, (), listed)
+    assert watch.unsynced(after=5) == "the ScheduledJob watch has not listed all namespaces yet"
+    task = asyncio.create_task(watch.run())
+
+    def stored(name: str) -> bool:
+        return shell.model.scheduledjob((NAMESPACE, name)) is not None
+
+    try:
+        await eventually(listed.is_set)
+        assert stored("listed")
+        shell.server.put(scheduledjob("added"))
+        await eventually(lambda: stored("added"))
+        await eventually(lambda: shell.server.open_watches == 1)
+        shell.wakeups.pop_due()
+        shell.server.end_watches()
+        shell.server.remove(*SCHEDULEDJOBS, NAMESPACE, "listed")
+        shell.server.compact()
+        await eventually(lambda: not stored("listed"))
+        assert stored("added")
+        assert (NAMESPACE, "listed") in shell.wakeups.pop_due()
+        assert watch.unsynced(after=5) is None
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

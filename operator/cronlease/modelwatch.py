@@ -1,0 +1,171 @@
+"""The watches that feed the live model: ScheduledJobs and the Jobs they own, each one
+list-then-watch (cronlease.listwatch) per watched namespace (docs/design-notes.md, items 8 and
+102).
+
+Each event costs a JSON parse and a resourceVersion comparison. kopf's per-event machinery (a
+worker task, a memory per object, a parse with the standard library) cost more for each of the
+five events of a Job's run, and for each ScheduledJob's status write in a burst of thousands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from cronlease import metrics
+from cronlease.kube import JOBS, SCHEDULEDJOBS, KubeApi, resource_path
+from cronlease.listwatch import ListWatch
+from cronlease.model import Key, Model, key_of
+from cronlease.naming import LABEL_SCHEDULEDJOB
+
+
+class Feed(Protocol):
+    """How one collection's objects enter the model."""
+
+    def upsert(self, obj: dict[str, Any]) -> None: ...
+
+    def delete(self, obj: dict[str, Any]) -> None: ...
+
+    def forget_unlisted(self, namespace: str, listed: set[Key], version: str) -> None:
+        """A full listing of `namespace` ("" for all) at `version` lacked whatever is not in
+        `listed`: it was deleted while no watch was open."""
+
+
+class ModelWatch:
+    """One collection, watched in every scope; `listed` is set once every scope has been
+    listed into the model: a new leader decides after it."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        model: Model,
+        noun: str,
+        resource: tuple[str, str],
+        selector: str | None,
+        feed: Feed,
+        namespaces: tuple[str, ...],
+        listed: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.model = model
+        self.noun = noun  # for readiness: "the Job watch of ..."
+        self.feed = feed
+        self.scopes = namespaces or ("",)  # "" is every namespace
+        self.listed = listed
+        self._query = [("labelSelector", selector)] if selector else []
+        self._resource = resource
+        self._unlisted = set(self.scopes)
+        self._clock = clock
+        self._watches = [self._watch(scope) for scope in self.scopes]
+
+    async def run(self) -> None:
+        await asyncio.gather(*(watch.run() for watch in self._watches))
+
+    def stuck(self, after: float) -> str | None:
+        """Why the model is not kept current, if a scope's list or watch has failed for `after`
+        seconds without a success in between (readiness reports it: decisions go on, on a model
+        that no longer sees its objects)."""
+        for scope, watch in zip(self.scopes, self._watches, strict=True):
+            if watch.failing_for() >= after:
+                where = scope or "all namespaces"
+                return (
+                    f"the {self.noun} watch of {where} has failed for {watch.failing_for():.0f} s"
+                )
+        return None
+
+    def unsynced(self, after: float) -> str | None:
+        """Why the model is not (or no longer) a synced view of the collection: a scope not
+        listed yet, or a list or watch failing for `after` seconds (readiness)."""
+        if self._unlisted:
+            where = ", ".join(sorted(scope or "all namespaces" for scope in self._unlisted))
+            return f"the {self.noun} watch has not listed {where} yet"
+        return self.stuck(after)
+
+    def _watch(self, namespace: str) -> ListWatch:
+        observer = _ScopeObserver(self, namespace)
+        path = resource_path(self._resource, namespace)
+        return ListWatch(
+            self.api, path, observer, self._query, listing=self.model.reading, clock=self._clock
+        )
+
+    def scope_listed(self, namespace: str) -> None:
+        self._unlisted.discard(namespace)
+        if not self._unlisted:
+            self.listed.set()
+
+
+class JobWatch(ModelWatch):
+    """The Jobs our ScheduledJobs own or are labelled for."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        model: Model,
+        namespaces: tuple[str, ...],
+        listed: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        feed = _JobFeed(model)
+        super().__init__(
+            api, model, "Job", JOBS, LABEL_SCHEDULEDJOB, feed, namespaces, listed, clock
+        )
+
+
+class ScheduledJobWatch(ModelWatch):
+    """Every ScheduledJob in the watched namespaces."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        model: Model,
+        namespaces: tuple[str, ...],
+        listed: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        feed = _ScheduledJobFeed(model)
+        super().__init__(
+            api, model, "ScheduledJob", SCHEDULEDJOBS, None, feed, namespaces, listed, clock
+        )
+
+
+class _JobFeed:
+    def __init__(self, model: Model) -> None:
+        self.upsert, self.delete = model.upsert_job, model.delete_job
+        self.forget_unlisted = model.forget_unlisted_jobs
+
+
+class _ScheduledJobFeed:
+    def __init__(self, model: Model) -> None:
+        self.upsert, self.delete = model.upsert_scheduledjob, model.delete_scheduledjob
+        self.forget_unlisted = model.forget_unlisted_scheduledjobs
+
+
+class _ScopeObserver:
+    """Feeds one namespace's (or every namespace's) objects into the model."""
+
+    def __init__(self, watch: ModelWatch, namespace: str) -> None:
+        self.watch, self.namespace = watch, namespace
+        self.feed = watch.feed
+        self._listing: set[Key] = set()
+
+    def listed_item(self, obj: dict[str, Any]) -> None:
+        self._listing.add(key_of(obj))
+        self.feed.upsert(obj)
+
+    def listed(self, version: str) -> None:
+        self.feed.forget_unlisted(self.namespace, self._listing, version)
+        self._listing = set()
+        self.watch.scope_listed(self.namespace)
+
+    def changed(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.feed.delete(obj)
+        else:
+            self.feed.upsert(obj)
+
+    def failed(self, error: Exception) -> None:
+        self._listing = set()  # a listing that broke off settles nothing; the next one starts anew
+        metrics.reconcile_errors.labels("watch").inc()
