@@ -94,7 +94,7 @@ class OperatorProcess:
         return self.process is not None and self.process.poll() is None
 
     def _wait_ready(self, timeout: float = 30) -> None:
-        """Until /readyz answers: the replica's Job watch has listed (its model is synced)."""
+        """Until /readyz answers: the replica's watches have listed (its model is synced)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running:

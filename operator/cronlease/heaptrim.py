@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
-TRIM_EVERY = 15.0  # seconds; well inside the quiet part of a once-a-minute burst
+# Seconds. Not aligned to the minute: some trims land inside a burst, where one costs a few ms.
+TRIM_EVERY = 15.0
 
 
 def heap_trimmer() -> Callable[[], None] | None:
@@ -41,7 +42,11 @@ async def trim_forever(
 ) -> None:
     while True:
         await sleep(every)
-        trim()
+        try:
+            trim()
+        except Exception:  # an optional saving: never a reason for the operator to stop
+            log.exception("trimming the heap failed; not trying again")
+            return
 
 
 async def run() -> None:

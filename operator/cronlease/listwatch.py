@@ -1,5 +1,5 @@
-"""List-then-watch, written once: the operator's Job watch and the bench's and chaos auditor's
-observers all follow a collection this way.
+"""List-then-watch, written once: the operator's ScheduledJob, Job and Run watches and the bench's
+and chaos auditor's observers all follow a collection this way.
 
 A LIST (in pages) gives the state and a resourceVersion; a WATCH from it gives every change. A
 dropped connection resumes from the last version seen, bookmarks included; a 410 (the version was

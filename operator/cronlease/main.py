@@ -170,7 +170,7 @@ async def run(args: argparse.Namespace) -> None:
         settings.watching.client_timeout = 330
         settings.watching.chunk_size = LIST_PAGE  # a page at a time, as our own listings
         # A per-object worker holds its last event until it exits; with the default 5 s a large
-        # listing kept them all alive at once (events for one ScheduledJob are rare).
+        # listing kept them all alive at once (events for one RunRequest are rare).
         settings.queueing.idle_timeout = 0.5
         settings.networking.error_backoffs = [0.5, 1, 2, 5, 10]  # kopf's own: its watches' retries
         settings.persistence.diffbase_storage = NoDiffBase()
@@ -244,7 +244,8 @@ def _count_result(job: dict[str, Any]) -> None:
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:
-    """The scheduler, the watches and the elector never return on their own: if one dies, so
+    """The scheduler, the watches and the elector never return on their own (the listing's
+    waiter and the heap trim may, harmlessly): if one of them dies, so
     does the process, so that Kubernetes restarts it, rather than leave a replica that watches
     and never acts (or acts on a model that no longer sees its Jobs)."""
     if task.cancelled() or task.exception() is None:

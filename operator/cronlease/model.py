@@ -86,6 +86,11 @@ def pack(obj: dict[str, Any]) -> StoredObject:
     return StoredObject(version_of(obj), packed, deleting)
 
 
+def _gone_at(key: Key, version: str) -> dict[str, Any]:
+    """What a DELETED event at `version` would say of `key`, as far as a tombstone reads it."""
+    return {"metadata": {"namespace": key[0], "name": key[1], "resourceVersion": version}}
+
+
 # A ScheduledJob as the owner of Jobs: (namespace, uid). A uid alone would let a Job in one
 # namespace claim an owner in another (owner references name no namespace).
 OwnerKey = tuple[str, str]
@@ -167,8 +172,10 @@ class Model:
 
     @property
     def dead_letter_count(self) -> int:
-        """Jobs labelled as dead letters (a gauge reads this at each scrape)."""
-        return sum(1 for stored in self._jobs.values() if stored.info.dead_letter)
+        """Jobs labelled as dead letters (a gauge reads this at each scrape, from the metrics
+        server's thread: the copy is made in one step, so the loop cannot change the dict
+        during the count)."""
+        return sum(1 for stored in list(self._jobs.values()) if stored.info.dead_letter)
 
     def upsert_scheduledjob(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
@@ -180,6 +187,12 @@ class Model:
         self._scheduledjobs[key] = pack(obj)
         uid = obj["metadata"].get("uid")
         if isinstance(uid, str):
+            if current is not None and (key[0], uid) not in self._owners:
+                # Deleted and created again under its name while no watch was open: the old
+                # one's entries go as its DELETED event would have taken them.
+                old_uid = current.unpack()["metadata"].get("uid")
+                if isinstance(old_uid, str) and old_uid != uid:
+                    self._drop_owner(key[0], old_uid)
             self._owners[(key[0], uid)] = key
         self._on_change(key)
 
@@ -188,24 +201,30 @@ class Model:
         self._bury("sj", obj)
         self._scheduledjobs.pop(key, None)
         self._on_change(key)  # its held Jobs are released, its requests told
-        uid = obj["metadata"].get("uid", "")
-        self._owners.pop((key[0], uid), None)
-        for name in self._taken.pop((key[0], uid), ()):  # names it found held by others
-            owned = self._jobs_by_owner.get((key[0], uid))
+        self._drop_owner(key[0], obj["metadata"].get("uid", ""))
+
+    def _drop_owner(self, namespace: str, uid: str) -> None:
+        self._owners.pop((namespace, uid), None)
+        for name in self._taken.pop((namespace, uid), ()):  # names it found held by others
+            owned = self._jobs_by_owner.get((namespace, uid))
             if owned is not None:
                 owned.pop(name, None)
                 if not owned:
-                    del self._jobs_by_owner[(key[0], uid)]
+                    del self._jobs_by_owner[(namespace, uid)]
 
     def forget_unlisted_scheduledjobs(self, namespace: str, listed: set[Key], version: str) -> None:
         """As forget_unlisted_jobs: a ScheduledJob a full listing lacked, and no newer in the
-        model than the listing, was deleted while no watch was open; it goes as its DELETED
-        event would have taken it (its held Jobs released, its requests told)."""
+        model than the listing, was deleted while no watch was open; it goes as a DELETED event
+        at the listing's version would take it (its held Jobs released, its requests told)."""
         for key, stored in list(self._scheduledjobs.items()):
             if namespace and key[0] != namespace:
                 continue
             if key not in listed and not is_newer(stored.version, version):
-                self.delete_scheduledjob(stored.unpack())
+                # Gone at the listing's version: a read in flight that returns a copy no newer
+                # (our status write's response) must not bring it back.
+                obj = stored.unpack()
+                obj["metadata"]["resourceVersion"] = version
+                self.delete_scheduledjob(obj)
 
     # RunRequests: few, and each read only by its ScheduledJob's decisions
 
@@ -329,6 +348,7 @@ class Model:
             if namespace and key[0] != namespace:
                 continue
             if key not in listed and not is_newer(stored.version, version):
+                self._bury("job", _gone_at(key, version))  # as forget_unlisted_scheduledjobs
                 self._forget_job(self._jobs.pop(key))
 
     def jobs_of(self, namespace: str, owner_uid: str) -> list[JobInfo]:
@@ -409,7 +429,7 @@ class Model:
         and when a read ends, those buried before the oldest read still in flight (all of them,
         when none is) are dropped. The watches need none: a list-then-watch delivers one
         object's events in order and lists again only after its watch ended, and so does
-        kopf's, per ScheduledJob (docs/design-notes.md).
+        kopf's, per RunRequest (docs/design-notes.md).
         """
         mark = self._burials
         self._reads[mark] = self._reads.get(mark, 0) + 1

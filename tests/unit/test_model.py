@@ -178,3 +178,17 @@ def test_a_stored_object_takes_about_its_own_size() -> None:
     finally:
         tracemalloc.stop()
     assert each < 1.5 * len(kept[0].packed), (each, len(kept[0].packed))
+
+
+def test_a_scheduledjob_recreated_unseen_leaves_nothing_of_the_old_one() -> None:
+    """Deleted and created again under its name while no watch was open (a 410 gap): the
+    relisting holds the name, so only the new uid tells. The old uid's entries go, as its
+    DELETED event would have taken them."""
+    model = Model(lambda key: None)
+    model.upsert_scheduledjob(scheduledjob_object(5))
+    recreated = scheduledjob_object(9)
+    recreated["metadata"]["uid"] = "uid-recreated"
+    model.upsert_scheduledjob(recreated)
+    assert model.sizes()["scheduledjob_uids"] == 1
+    model.delete_scheduledjob(recreated)
+    assert model.sizes()["scheduledjob_uids"] == 0

@@ -88,7 +88,7 @@ async def test_an_edit_of_the_scheduledjob_itself_ends_a_backoff(
     shell.server.edit(*SCHEDULEDJOBS, NAMESPACE, "once", {"metadata": {"labels": {"a": "b"}}})
     edited = shell.server.get(*SCHEDULEDJOBS, NAMESPACE, "once")
     assert edited is not None
-    shell.model.upsert_scheduledjob(edited)  # as kopf's watch delivers it
+    shell.model.upsert_scheduledjob(edited)  # as the watch delivers it
     await eventually(lambda: "processedUntil" in shell.status("once"), deadline=2)
 
 
