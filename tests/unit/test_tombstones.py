@@ -12,10 +12,10 @@ from typing import Any
 
 from builders import NAMESPACE
 from fakeapi import Fault
-from shell import Shell, eventually, scheduledjob
+from shell import Shell, eventually
 from test_watching import job, names
 
-from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
+from cronlease.kube import JOBS, RUNREQUESTS
 from cronlease.model import Model
 from cronlease.modelwatch import JobWatch
 from cronlease.naming import FINALIZER_SLOT_RECORD, LABEL_SCHEDULEDJOB
@@ -255,12 +255,16 @@ def test_a_write_in_flight_does_not_bring_back_what_a_relisting_found_gone() -> 
 
 def test_a_create_in_flight_does_not_bring_back_a_job_a_relisting_found_gone() -> None:
     model = Model(lambda key: None)
-    listed_job = {**job("listed"), "metadata": {**job("listed")["metadata"], "resourceVersion": "5"}}
-    model.upsert_job(listed_job)
+
+    def listed_at(version: str) -> dict[str, Any]:
+        obj = job("listed")
+        obj["metadata"]["resourceVersion"] = version
+        return obj
+
+    model.upsert_job(listed_at("5"))
     with model.reading():  # a write whose answer holds the Job, in flight
         model.forget_unlisted_jobs(NAMESPACE, set(), "9")
-        late = {**listed_job, "metadata": {**listed_job["metadata"], "resourceVersion": "6"}}
-        model.upsert_job(late)
+        model.upsert_job(listed_at("6"))
     assert model.sizes()["jobs"] == 0
 
 
