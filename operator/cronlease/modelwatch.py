@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from cronlease import metrics
 from cronlease.kube import JOBS, SCHEDULEDJOBS, KubeApi, resource_path
@@ -21,42 +22,43 @@ from cronlease.model import Key, Model, key_of
 from cronlease.naming import LABEL_SCHEDULEDJOB
 
 
-class Feed(Protocol):
+@dataclass(frozen=True, slots=True)
+class Feed:
     """How one collection's objects enter the model."""
 
-    def upsert(self, obj: dict[str, Any]) -> None: ...
-
-    def delete(self, obj: dict[str, Any]) -> None: ...
-
-    def forget_unlisted(self, namespace: str, listed: set[Key], version: str) -> None:
-        """A full listing of `namespace` ("" for all) at `version` lacked whatever is not in
-        `listed`: it was deleted while no watch was open."""
+    upsert: Callable[[dict[str, Any]], None]
+    delete: Callable[[dict[str, Any]], None]
+    # A full listing of a namespace ("" for all) at a version lacked whatever is not in the
+    # set: it was deleted while no watch was open.
+    forget_unlisted: Callable[[str, set[Key], str], None]
 
 
 class ModelWatch:
     """One collection, watched in every scope; `listed` is set once every scope has been
-    listed into the model: a new leader decides after it."""
+    listed into the model: a new leader decides after it. Subclasses name the collection."""
+
+    noun: ClassVar[str]  # for readiness: "the Job watch of ..."
+    resource: ClassVar[tuple[str, str]]
+    selector: ClassVar[str | None] = None
+
+    @staticmethod
+    def feed_of(model: Model) -> Feed:
+        raise NotImplementedError
 
     def __init__(
         self,
         api: KubeApi,
         model: Model,
-        noun: str,
-        resource: tuple[str, str],
-        selector: str | None,
-        feed: Feed,
         namespaces: tuple[str, ...],
         listed: asyncio.Event,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.model = model
-        self.noun = noun  # for readiness: "the Job watch of ..."
-        self.feed = feed
+        self.feed = self.feed_of(model)
         self.scopes = namespaces or ("",)  # "" is every namespace
         self.listed = listed
-        self._query = [("labelSelector", selector)] if selector else []
-        self._resource = resource
+        self._query = [("labelSelector", self.selector)] if self.selector else []
         self._unlisted = set(self.scopes)
         self._clock = clock
         self._watches = [self._watch(scope) for scope in self.scopes]
@@ -86,7 +88,7 @@ class ModelWatch:
 
     def _watch(self, namespace: str) -> ListWatch:
         observer = _ScopeObserver(self, namespace)
-        path = resource_path(self._resource, namespace)
+        path = resource_path(self.resource, namespace)
         return ListWatch(
             self.api, path, observer, self._query, listing=self.model.reading, clock=self._clock
         )
@@ -100,47 +102,22 @@ class ModelWatch:
 class JobWatch(ModelWatch):
     """The Jobs our ScheduledJobs own or are labelled for."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        model: Model,
-        namespaces: tuple[str, ...],
-        listed: asyncio.Event,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        feed = _JobFeed(model)
-        super().__init__(
-            api, model, "Job", JOBS, LABEL_SCHEDULEDJOB, feed, namespaces, listed, clock
-        )
+    noun, resource, selector = "Job", JOBS, LABEL_SCHEDULEDJOB
+
+    @staticmethod
+    def feed_of(model: Model) -> Feed:
+        return Feed(model.upsert_job, model.delete_job, model.forget_unlisted_jobs)
 
 
 class ScheduledJobWatch(ModelWatch):
     """Every ScheduledJob in the watched namespaces."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        model: Model,
-        namespaces: tuple[str, ...],
-        listed: asyncio.Event,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        feed = _ScheduledJobFeed(model)
-        super().__init__(
-            api, model, "ScheduledJob", SCHEDULEDJOBS, None, feed, namespaces, listed, clock
-        )
+    noun, resource = "ScheduledJob", SCHEDULEDJOBS
 
-
-class _JobFeed:
-    def __init__(self, model: Model) -> None:
-        self.upsert, self.delete = model.upsert_job, model.delete_job
-        self.forget_unlisted = model.forget_unlisted_jobs
-
-
-class _ScheduledJobFeed:
-    def __init__(self, model: Model) -> None:
-        self.upsert, self.delete = model.upsert_scheduledjob, model.delete_scheduledjob
-        self.forget_unlisted = model.forget_unlisted_scheduledjobs
+    @staticmethod
+    def feed_of(model: Model) -> Feed:
+        forget = model.forget_unlisted_scheduledjobs
+        return Feed(model.upsert_scheduledjob, model.delete_scheduledjob, forget)
 
 
 class _ScopeObserver:
