@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 # The audits of RunRequests (hack/chaos_requests.py) and of runs and attempts (chaos_runs.py).
+from bench_results import save_results
 from chaos_requests import MUST_BE_ZERO as REQUESTS_MUST_BE_ZERO
 from chaos_requests import Request, audit_requests
 from chaos_runs import (
@@ -1265,10 +1266,7 @@ def stepped(index: int, namespace: str) -> dict[str, Any]:
 
 
 def save(text: str, record: dict[str, Any], out: Path) -> None:
-    """Replace the previous run's results: git keeps the history."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "chaos-latest.md").write_text(text)
-    (out / "chaos-latest.json").write_text(json.dumps(record, indent=2) + "\n")
+    save_results(out, "chaos-latest", text, record)
 
 
 def main() -> None:

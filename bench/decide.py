@@ -13,7 +13,6 @@ built as the applier would send it. Several rounds; the best and the median are 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -21,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench_results import save_results
 from cronlease.decision import ScheduledJobView
 from cronlease.jobtemplate import build_job
 from cronlease.naming import format_time
@@ -127,9 +127,7 @@ def main() -> None:
             "",
         ]
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "decide.md").write_text(text)
-    (args.out / "decide.json").write_text(json.dumps(record, indent=2) + "\n")
+    save_results(args.out, "decide", text, record)
     print(text)
 
 

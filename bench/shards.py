@@ -14,7 +14,6 @@ the cores (an assumption no single machine here can check). docs/scaling.md read
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from datetime import timedelta
@@ -23,6 +22,7 @@ from typing import Any
 
 from decide import SLOT, scheduledjob
 
+from bench_results import save_results
 from cronlease.jobtemplate import build_job
 from cronlease.reconcile import decide
 from shard_model import Leader, Slot, largest_burst, percentile, simulate
@@ -121,9 +121,7 @@ def main() -> None:
     lines += ["", "p99 lag, seconds, of 10,000 slots due at once:", ""]
     lines += table(rows, shards, "p99_10k", "{:.2f}")
     text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "shards.md").write_text(text)
-    (args.out / "shards.json").write_text(json.dumps(record, indent=2) + "\n")
+    save_results(args.out, "shards", text, record)
     print(text)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import tempfile
@@ -44,6 +43,7 @@ from bench import (
     wait_until,
 )
 
+from bench_results import save_results
 from cronlease.kube import NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
 from devcluster import ensure_cluster
 from devcluster.cluster import kubectl
@@ -256,10 +256,7 @@ def main() -> None:
     command = f"python bench/writes.py --n {args.n} --slots {args.slots}"
     text = markdown(phases, command)
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "writes.md").write_text(text)
-    (out / "writes.json").write_text(json.dumps(phases, indent=2) + "\n")
+    save_results(Path(args.out), "writes", text, phases)
 
 
 if __name__ == "__main__":
