@@ -3,11 +3,13 @@
 Then it releases the slot-record finalizer of every Job whose run the status now records: from
 its creation until then, nothing can delete a Job whose slot could otherwise run again.
 
-`Applier.apply` is the one entry point. It returns an `Applied`: done (and when to wake next),
-stale (decide again at once), not leading, or retry later. Everything a write can meet is handled
-here: the fencing policy's refusals (retried while the Lease is still ours, else step down), a
-409 on create (an earlier attempt's Job: adopted if ours), a 409 on status (decided on a stale
-copy), a template the API server refuses (recorded once per generation, reported as InvalidSpec).
+`Applier.apply` is the entry point, in two halves the scheduler runs apart at a burst: `act`
+(decide, delete, create) and `follow_up` (status, releases, labels). It returns an `Applied`:
+done (and when to wake next), stale (decide again at once), not leading, or retry later.
+Everything a write can meet is handled here: the fencing policy's refusals (retried while the
+Lease is still ours, else step down), a 409 on create (an earlier attempt's Job: adopted if
+ours), a 409 on status (decided on a stale copy), a template the API server refuses (recorded
+once per generation, reported as InvalidSpec).
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ class FollowUp:
     releases: list[PlannedRelease]
     labels: list[PlannedLabel]
     wake_at: float | None  # epoch seconds of the next decision, if any
+    progress: bool  # Jobs were created: a failed write after them is progress (see Applied)
+    acted_at: float  # loop time the creations ended: the creations-first patience runs from it
+
+    @property
+    def writes(self) -> bool:
+        return self.status is not None or bool(self.requests or self.releases or self.labels)
 
 
 class NotLeading(Exception):
@@ -128,6 +136,22 @@ class Stale(Exception):
 class NamespaceTerminating(Exception):
     """The namespace is being deleted: nothing can be created in it, and the ScheduledJob goes
     with it. Not an error to retry or report once per attempt."""
+
+
+# What ends an apply early, each read by ended().
+ENDINGS = (NotLeading, Stale, NamespaceTerminating, RetryLater, ApiError, TransportError)
+
+
+def ended(error: Exception, progress: bool) -> Applied:
+    """How an apply that raised one of ENDINGS ended; `progress`: Jobs were created first."""
+    if isinstance(error, NotLeading):
+        return Applied(Outcome.NOT_LEADING)
+    if isinstance(error, Stale):
+        return Applied(Outcome.STALE)
+    if isinstance(error, NamespaceTerminating):
+        return Applied(Outcome.DONE)
+    progress = progress or (isinstance(error, RetryLater) and error.progress)
+    return Applied(Outcome.RETRY, error=str(error), progress=progress)
 
 
 def is_fencing_refusal(error: ApiError) -> bool:
@@ -161,9 +185,12 @@ class CreationsFirst:
             if not self._pending:
                 self._idle.set()
 
-    async def wait_turn(self) -> None:
+    async def wait_turn(self, since: float | None = None) -> None:
+        """Until no creation is pending, or `patience` seconds after `since` (loop time; now if
+        None): a write queued behind others has been waiting since it was queued."""
+        start = asyncio.get_running_loop().time() if since is None else since
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.patience):
+            async with asyncio.timeout_at(start + self.patience):
                 await self._idle.wait()
 
 
@@ -182,12 +209,13 @@ class Applier:
         self.runs = runs or Model(lambda key: None, read=run_info)
         # Creations set the lag, so at a burst they go first: status writes and Events wait for
         # them to drain, then get fewer connections (Events fewest: they are informational).
-        self._creations = CreationsFirst(patience)
+        self.creations = CreationsFirst(patience)
         # At most this many ScheduledJobs decide and create at once. The rest of a burst waits
         # before deciding, so decisions interleave with the responses instead of all running
         # before the first response is read.
-        self._act_pool = asyncio.Semaphore(max_concurrency)
-        self._status_pool = asyncio.Semaphore(max(1, max_concurrency // 4))
+        self.acting_slots, self.writing_slots = max_concurrency, max(1, max_concurrency // 4)
+        self._act_pool = asyncio.Semaphore(self.acting_slots)
+        self._status_pool = asyncio.Semaphore(self.writing_slots)
         self._event_pool = asyncio.Semaphore(4)
         self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
         self._background: set[asyncio.Task[None]] = set()
@@ -198,27 +226,47 @@ class Applier:
         load: Callable[[], dict[str, Any] | None],
         decide: Callable[[ScheduledJobView], Awaitable[Decision]],
     ) -> Applied:
-        """Decide on the ScheduledJob `load` reads from the model and apply the decision. The
-        object is read, and the decision made, inside one of the bounded acting slots, so that
-        at a burst decisions interleave with create responses, and the reconciles still waiting
-        for a slot hold no copy of their object."""
+        """Decide on the ScheduledJob `load` reads from the model and apply the decision."""
+        acted = await self.act(load, decide)
+        return acted if isinstance(acted, Applied) else await self.follow_up(acted)
+
+    async def act(
+        self,
+        load: Callable[[], dict[str, Any] | None],
+        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+    ) -> Applied | FollowUp:
+        """The first half of apply(): the object is read, and the decision made, inside one of
+        the bounded acting slots, so that at a burst decisions interleave with create responses,
+        and the reconciles still waiting for a slot hold no copy of their object. What is left
+        to write (for follow_up()), or how it ended if nothing is."""
         created: list[PlannedRelease] = []
         try:
             after = await self._act(load, decide, created)
-            if after is not None:
-                await self._follow_up(after)
-        except NotLeading:
-            return Applied(Outcome.NOT_LEADING)
-        except Stale:
-            return Applied(Outcome.STALE)
-        except NamespaceTerminating:
-            return Applied(Outcome.DONE)
-        except (RetryLater, ApiError, TransportError) as error:
+        except ENDINGS as error:
             # Jobs created before the failure: the next decision records them. Progress, not a
             # failing object.
-            progress = bool(created) or (isinstance(error, RetryLater) and error.progress)
-            return Applied(Outcome.RETRY, error=str(error), progress=progress)
-        return Applied(Outcome.DONE, after.wake_at if after is not None else None)
+            return ended(error, progress=bool(created))
+        if after is None:
+            return Applied(Outcome.DONE)
+        return after if after.writes else Applied(Outcome.DONE, after.wake_at)
+
+    async def follow_up(self, after: FollowUp) -> Applied:
+        """The second half of apply(): once the creations have drained (or for the patience at
+        most, from `after.acted_at`), the status, then what it records."""
+        try:
+            if after.status is not None or after.requests:
+                await self.creations.wait_turn(since=after.acted_at)
+            if after.status is not None:
+                await self._write_status(after.status)
+            for request in after.requests:  # after the ScheduledJob's: its cursor first
+                await self._write_request_status(request)
+            for release in after.releases:
+                await self._release(after.namespace, release)
+            for planned in after.labels:
+                await self._label(after.namespace, planned)
+        except ENDINGS as error:
+            return ended(error, progress=after.progress)
+        return Applied(Outcome.DONE, after.wake_at)
 
     async def _act(
         self,
@@ -231,7 +279,7 @@ class Applier:
         the decision that reports InvalidSpec)."""
         runs: list[tuple[PlannedRun, PlannedRelease]] = []
         refused: str | None = None
-        with self._creations.creating():
+        with self.creations.creating():
             async with self._act_pool:
                 obj = load()
                 if obj is None or obj["metadata"].get("deletionTimestamp"):
@@ -277,18 +325,9 @@ class Applier:
             releases=[*decision.releases, *settled],
             labels=decision.labels,
             wake_at=decision.wake_at.timestamp() if decision.wake_at else None,
+            progress=bool(created),
+            acted_at=asyncio.get_running_loop().time(),
         )
-
-    async def _follow_up(self, after: FollowUp) -> None:
-        """The writes after the creations: status, then what it records."""
-        if after.status is not None:
-            await self._write_status(after.status)
-        for request in after.requests:  # after the ScheduledJob's: its cursor first
-            await self._write_request_status(request)
-        for release in after.releases:
-            await self._release(after.namespace, release)
-        for planned in after.labels:
-            await self._label(after.namespace, planned)
 
     # The template
 
@@ -338,7 +377,7 @@ class Applier:
         version = obj["metadata"]["resourceVersion"]
         write = self.status_write(sj.ref, version, current, {**current, "templateError": refused})
         if write is not None:
-            await self._write_status(write, creations_first=False)
+            await self._write_status(write)
 
     # Writes
 
@@ -450,19 +489,17 @@ class Applier:
         raise Stale()
 
     async def apply_requests(self, decision: Decision) -> Applied:
-        """Apply the RunRequest statuses and Events of a decision that has no ScheduledJob."""
+        """Apply the RunRequest statuses and Events of a decision that has no ScheduledJob: at
+        once, not held back for creations (an actor runs it, and its own keys count as pending
+        creations: it would wait for itself)."""
         try:
             for event in decision.events:
                 if event.about is not None:
                     self.event(event.about, event.type, event.reason, event.message)
             for request in decision.requests:
                 await self._write_request_status(request)
-        except NotLeading:
-            return Applied(Outcome.NOT_LEADING)
-        except Stale:
-            return Applied(Outcome.STALE)
-        except (RetryLater, ApiError, TransportError) as error:
-            return Applied(Outcome.RETRY, error=str(error))
+        except ENDINGS as error:
+            return ended(error, progress=False)
         return Applied(Outcome.DONE)
 
     # The slot-record finalizer
@@ -554,9 +591,7 @@ class Applier:
         )
         return StatusWrite(ref, version, patch)
 
-    async def _write_status(self, write: StatusWrite, creations_first: bool = True) -> None:
-        if creations_first:
-            await self._creations.wait_turn()
+    async def _write_status(self, write: StatusWrite) -> None:
         self.check_leading()
         ref = write.ref
         resource, get = (
@@ -606,7 +641,7 @@ class Applier:
     async def _post_event(self, series: EventSeries) -> None:
         more = True
         while more:
-            await self._creations.wait_turn()
+            await self.creations.wait_turn()
             async with self._event_pool:
                 more = await self.events.flush(series)
 

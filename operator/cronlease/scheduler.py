@@ -1,9 +1,14 @@
 """The one scheduler loop (design decision 2): orchestration only.
 
-The leader pops the ScheduledJobs that are due from the wake-up queue and reconciles each in a
-task of its own, one task per object at a time: decide (cronlease.reconcile, off the loop for a
-long catch-up), apply (cronlease.applier), and plan the next wake-up from the outcome. The model
-wakes an object whenever its ScheduledJob or one of its Jobs changes.
+The leader pops the ScheduledJobs that are due from the wake-up queue and reconciles each, one
+reconcile per object at a time: decide (cronlease.reconcile, off the loop for a long catch-up),
+apply (cronlease.applier), and plan the next wake-up from the outcome. The model wakes an object
+whenever its ScheduledJob or one of its Jobs changes.
+
+At a burst thousands fall due at once. They wait as keys in a queue, worked by as many actors
+as the applier has acting slots (decide, delete, create); what each leaves to write waits as a
+record in a second queue, worked by as many writers as it has writing slots. A waiting
+reconcile costs its key or its record, not a task with its frames (design note 103).
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from cronlease import backoff
-from cronlease.applier import Applied, Applier, Outcome
+from cronlease.applier import Applied, Applier, FollowUp, Outcome
 from cronlease.decision import Decision, ScheduledJobView
 from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
@@ -29,6 +36,7 @@ from cronlease.spec import priority_of
 from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A cursor this far behind means a long catch-up, decided in a worker thread.
 LONG_CATCH_UP = timedelta(minutes=10)
@@ -56,7 +64,10 @@ class Scheduler:
         self.namespaces = namespaces
         self.applier = applier or Applier(api, leadership, model, max_concurrency)
         self._clock = clock  # "now" for decisions (tests pass their own)
-        self._in_flight: set[Key] = set()
+        self._in_flight: set[Key] = set()  # from its start until its writes are done
+        self._due: deque[Key] = deque()  # started, waiting for an actor
+        self._acted: deque[tuple[Key, FollowUp]] = deque()  # waiting for a writer
+        self._actors = self._writers = 0
         self._rerun: set[Key] = set()
         self._failures: dict[Key, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -124,22 +135,71 @@ class Scheduler:
             self._rerun.add(key)  # decided again once the reconcile in flight ends
             return
         self._in_flight.add(key)
-        task = asyncio.create_task(self._reconcile(key))
+        self._due.append(key)
+        self._staff()
+
+    def _staff(self) -> None:
+        """Workers for what waits, up to the applier's slots; each takes its first item now, so
+        that a key due alone never waits behind a busy actor."""
+        while self._due and self._actors < self.applier.acting_slots:
+            self._actors += 1
+            self._spawn(self._actor(self._due.popleft()))
+        while self._acted and self._writers < self.applier.writing_slots:
+            self._writers += 1
+            self._spawn(self._writer(*self._acted.popleft()))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _reconcile(self, key: Key) -> None:
+    async def _actor(self, key: Key) -> None:
         try:
-            applied = await self.reconcile(key)
+            # Pending creations hold status writes back (cronlease.applier.CreationsFirst): the
+            # keys still queued count, not only the one being decided.
+            with self.applier.creations.creating():
+                while True:
+                    acted = await self._guarded(key, self._act(key))
+                    if isinstance(acted, Applied):
+                        self._done(key, acted)
+                    else:
+                        self._acted.append((key, acted))
+                        self._staff()
+                    if not self._due:
+                        break
+                    key = self._due.popleft()
+        finally:
+            self._actors -= 1
+
+    async def _writer(self, key: Key, after: FollowUp) -> None:
+        try:
+            while True:
+                self._done(key, await self._guarded(key, self.applier.follow_up(after)))
+                if not self._acted:
+                    break
+                key, after = self._acted.popleft()
+        finally:
+            self._writers -= 1
+
+    async def _guarded(self, key: Key, work: Awaitable[T]) -> T | Applied:
+        try:
+            return await work
         except Exception as error:  # a bug must never stop the loop: back off, log it whole
             log.exception("%s/%s: reconcile failed", *key)
-            applied = Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
-        finally:
-            self._in_flight.discard(key)
+            return Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
+
+    def _done(self, key: Key, applied: Applied) -> None:
+        self._in_flight.discard(key)
         self._plan(key, applied)
 
     async def reconcile(self, key: Key) -> Applied:
-        """One reconcile of the ScheduledJob `key` (or of the Jobs it leaves behind, if gone)."""
+        """One reconcile of the ScheduledJob `key`, its writes included (tests)."""
+        acted = await self._act(key)
+        return acted if isinstance(acted, Applied) else await self.applier.follow_up(acted)
+
+    async def _act(self, key: Key) -> Applied | FollowUp:
+        """Decide on the ScheduledJob `key` and create (or release the Jobs it leaves behind, if
+        gone); what is left to write, if anything."""
         if not self.model.scheduledjob_live(key):
             # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
             # collector; a foreground deletion waits for them), and none may wait on us.
@@ -153,7 +213,7 @@ class Scheduler:
             waiting = plan_waiting(key[1], self._requests(*key))
             return await self.applier.apply_requests(waiting)
         # Read in the acting slot: thousands of reconciles wait for one at a burst.
-        return await self.applier.apply(lambda: self.model.scheduledjob(key), self.decide)
+        return await self.applier.act(lambda: self.model.scheduledjob(key), self.decide)
 
     def _requests(self, namespace: str, name: str) -> list[RunRequestView]:
         """The RunRequests for the ScheduledJob; one being deleted (a finalizer of someone
@@ -208,7 +268,8 @@ class Scheduler:
                 await self.drain()
 
     async def drain(self) -> None:
-        """Wait for the reconciles in flight and their Events (tests end with it)."""
+        """Wait for the reconciles in flight, queued ones included, and their Events (tests end
+        with it)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.applier.drain()

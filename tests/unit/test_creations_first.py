@@ -52,3 +52,12 @@ async def test_a_steady_stream_of_creations_delays_a_write_only_for_the_patience
     creation.cancel()
     await asyncio.gather(creation, return_exceptions=True)
     await asyncio.wait_for(gate.wait_turn(), 1)  # a cancelled creation is no longer pending
+
+
+async def test_the_patience_runs_from_when_the_write_was_queued() -> None:
+    """A write that waited in a queue behind others has used up its patience there: it goes at
+    once, however many creations are pending."""
+    gate = CreationsFirst(patience=60)
+    with gate.creating():
+        queued = asyncio.get_running_loop().time() - 61
+        await asyncio.wait_for(gate.wait_turn(since=queued), 1)

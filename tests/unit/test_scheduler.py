@@ -120,3 +120,48 @@ async def test_at_a_burst_higher_priorities_create_first() -> None:
     assert order == sorted(valid, reverse=True), first
     invalid = shell.status("p10")["conditions"]
     assert any(c["type"] == "InvalidSpec" and c["status"] == "True" for c in invalid)
+
+
+async def test_a_burst_waits_as_keys_and_records_not_as_tasks() -> None:
+    """Forty ScheduledJobs due on the same second with one acting slot and one writing slot: at
+    most two reconciles run as tasks at any time, the rest wait in the queues; each slot still
+    gets its one Job and its status, and every status write waits for the last creation (the
+    keys still queued count as creations to come)."""
+    shell = Shell(FakeApiServer(clock=lambda: datetime.now(UTC)))
+    applier = Applier(shell.api, shell.leadership, shell.model, max_concurrency=1)
+    listed = asyncio.Event()
+    listed.set()
+    scheduler = Scheduler(
+        shell.api, shell.leadership, shell.model, shell.wakeups, listed, applier=applier
+    )
+    names = [f"b{index:02d}" for index in range(40)]
+    for name in names:
+        shell.create(name, schedule="*/5 * * * * *")
+    peak = 0
+
+    def recorded() -> bool:
+        return all("lastScheduleTime" in shell.status(name) for name in names)
+
+    async def watch_tasks() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, len(scheduler._tasks))
+            await asyncio.sleep(0)
+
+    watching = asyncio.create_task(watch_tasks())
+    task = asyncio.create_task(scheduler.run())
+    try:
+        await eventually(recorded, deadline=20)
+    finally:
+        task.cancel()
+        watching.cancel()
+        await asyncio.gather(task, watching, return_exceptions=True)
+        await scheduler.drain()
+    assert 0 < peak <= 2, peak
+    first = shell.created_jobs()[: len(names)]
+    assert sorted(name.rsplit("-", 1)[0] for name in first) == names  # one Job each
+    assert len({name.rsplit("-", 1)[1] for name in first}) == 1, "one slot"
+    calls = [(method, path) for method, path in shell.server.calls if method != "WATCH"]
+    creates = [i for i, (method, path) in enumerate(calls) if method == "POST" and "/jobs" in path]
+    statuses = [i for i, (method, path) in enumerate(calls) if path.endswith("/status")]
+    assert max(creates[: len(names)]) < min(statuses), "a status write went before a creation"
