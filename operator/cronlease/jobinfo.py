@@ -9,6 +9,7 @@ writes on the Jobs it creates: only such a Job is ever taken as a slot's run.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -95,6 +96,16 @@ class JobInfo:
         return self.finished_at or self.started_at or self.created_at
 
 
+# The model keeps a JobInfo per Job for the Job's life, so what Jobs have in common is kept once
+# (design note 103): the few triggers and namespaces, the run named as its first attempt is.
+_TRIGGERS = {trigger: trigger for trigger in (TRIGGER_SCHEDULE, TRIGGER_MANUAL, *REQUEST_TRIGGERS)}
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_namespace(namespace: str) -> str:
+    return namespace
+
+
 def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -149,10 +160,12 @@ def job_info(job: dict[str, Any]) -> JobInfo:
             failure_reason = _text(condition.get("reason"))
     slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT))
     trigger = annotations.get(ANNOTATION_TRIGGER, TRIGGER_SCHEDULE)
+    trigger = _TRIGGERS.get(trigger, trigger)
     run_now_token = annotations.get(ANNOTATION_RUN_NOW)
     name = _text(metadata.get("name"))
     # Jobs from before retries carry no run or attempt: each is its own run's first attempt.
     run = labels.get(LABEL_RUN, name)
+    run = name if run == name else run
     attempt = _token(labels.get(LABEL_ATTEMPT, "1"))
     owner_name = _text(owner.get("name")) if owner else ""
     request_uid = annotations.get(ANNOTATION_REQUEST_UID, "")
@@ -185,7 +198,7 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         finished_at=finished_at,
         state=state,
         deleting=bool(metadata.get("deletionTimestamp")),
-        namespace=_text(metadata.get("namespace")),
+        namespace=_shared_namespace(_text(metadata.get("namespace"))),
         trusted=trusted,
         held=isinstance(finalizers, list) and FINALIZER_SLOT_RECORD in finalizers,
         run_now_token=run_now_token,

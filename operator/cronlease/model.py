@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -94,6 +94,25 @@ def _gone_at(key: Key, version: str) -> dict[str, Any]:
 # A ScheduledJob as the owner of Jobs: (namespace, uid). A uid alone would let a Job in one
 # namespace claim an owner in another (owner references name no namespace).
 OwnerKey = tuple[str, str]
+
+
+class Versioned(Protocol):
+    @property
+    def version(self) -> str: ...
+
+
+def _unlisted(
+    stored: Mapping[Key, Versioned], namespace: str, listed: set[Key], version: str
+) -> list[Key]:
+    """What a full listing of `namespace` ("" for all) at `version` lacked, of what the model
+    holds no newer than the listing: deleted while no watch was open."""
+    return [
+        key
+        for key, copy in stored.items()
+        if (not namespace or key[0] == namespace)
+        and key not in listed
+        and not is_newer(copy.version, version)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,15 +235,12 @@ class Model:
         """As forget_unlisted_jobs: a ScheduledJob a full listing lacked, and no newer in the
         model than the listing, was deleted while no watch was open; it goes as a DELETED event
         at the listing's version would take it (its held Jobs released, its requests told)."""
-        for key, stored in list(self._scheduledjobs.items()):
-            if namespace and key[0] != namespace:
-                continue
-            if key not in listed and not is_newer(stored.version, version):
-                # Gone at the listing's version: a read in flight that returns a copy no newer
-                # (our status write's response) must not bring it back.
-                obj = stored.unpack()
-                obj["metadata"]["resourceVersion"] = version
-                self.delete_scheduledjob(obj)
+        for key in _unlisted(self._scheduledjobs, namespace, listed, version):
+            # Gone at the listing's version: a read in flight that returns a copy no newer (our
+            # status write's response) must not bring it back.
+            obj = self._scheduledjobs[key].unpack()
+            obj["metadata"]["resourceVersion"] = version
+            self.delete_scheduledjob(obj)
 
     # RunRequests: few, and each read only by its ScheduledJob's decisions
 
@@ -282,7 +298,12 @@ class Model:
             return
         if key in self._out_of_sight:  # back in sight (its label restored): listed anew below
             self.released(*key)
-        stored = self._jobs[key] = _stored_job(obj, self._read)
+        stored = _stored_job(obj, self._read)
+        known = self._owners.get(stored.owner_key) if stored.owner_key else None
+        if known is not None and known == stored.owner:
+            # The ScheduledJob's own key, not a copy per Job (design note 103).
+            stored = dataclasses.replace(stored, owner=known)
+        self._jobs[key] = stored
         info = stored.info
         previous = None
         if current is not None and current.owner != stored.owner:
@@ -344,12 +365,9 @@ class Model:
         """After a full listing of `namespace` ("" for all) at resourceVersion `version`, whose
         items were upserted: what it lacked was deleted while no watch was open, unless the
         model's copy is newer than the listing (our own create response, ahead of it)."""
-        for key, stored in list(self._jobs.items()):
-            if namespace and key[0] != namespace:
-                continue
-            if key not in listed and not is_newer(stored.version, version):
-                self._bury("job", _gone_at(key, version))  # as forget_unlisted_scheduledjobs
-                self._forget_job(self._jobs.pop(key))
+        for key in _unlisted(self._jobs, namespace, listed, version):
+            self._bury("job", _gone_at(key, version))  # as forget_unlisted_scheduledjobs
+            self._forget_job(self._jobs.pop(key))
 
     def jobs_of(self, namespace: str, owner_uid: str) -> list[JobInfo]:
         """The Jobs in `namespace` whose controller is the ScheduledJob `owner_uid`, trusted or

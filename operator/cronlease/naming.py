@@ -7,6 +7,7 @@ key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from datetime import UTC, datetime
 
@@ -125,6 +126,14 @@ def parse_time(text: object) -> datetime | None:
     RFC 3339 time (a hand-edited annotation or status field), never an exception."""
     if not text or not isinstance(text, str):
         return None
+    return _parse_time_shared(text)
+
+
+# The model keeps several instants per Job, and the Jobs of a burst share their slot and mostly
+# their creation and start seconds: one datetime per distinct text (they are immutable) instead
+# of one per field per Job (design note 103).
+@functools.lru_cache(maxsize=1024)
+def _parse_time_shared(text: str) -> datetime | None:
     try:
         return parse_time_strictly(text)
     except (ValueError, OverflowError):

@@ -6,11 +6,18 @@ import copy
 import tracemalloc
 from typing import Any
 
+import orjson
 import pytest
 from builders import NAME, NAMESPACE, OWNER_REF, UID
 
 from cronlease.model import Key, Model, key_of, pack
-from cronlease.naming import LABEL_SCHEDULEDJOB
+from cronlease.naming import (
+    ANNOTATION_SCHEDULED_AT,
+    ANNOTATION_TRIGGER,
+    LABEL_RUN,
+    LABEL_SCHEDULEDJOB,
+    TRIGGER_SCHEDULE,
+)
 
 OWNER: Key = (NAMESPACE, NAME)
 
@@ -192,3 +199,28 @@ def test_a_scheduledjob_recreated_unseen_leaves_nothing_of_the_old_one() -> None
     assert model.sizes()["scheduledjob_uids"] == 1
     model.delete_scheduledjob(recreated)
     assert model.sizes()["scheduledjob_uids"] == 0
+
+
+def test_the_jobs_of_a_burst_keep_what_they_share_once() -> None:
+    """The model keeps a record of every Job for the Job's life: the slot, the instants, the
+    namespace, the trigger, the run named as its first attempt and the owner's key are kept
+    once for the Jobs that share them, not once per Job and field (design note 103)."""
+    model = Model(lambda key: None)
+    model.upsert_scheduledjob(scheduledjob_object(5))
+    parsed = []
+    for index in (1, 2):  # each parsed from its own watch event, as the watch delivers them
+        obj = job_object(10 + index, **COMPLETE)
+        name = obj["metadata"]["name"] = f"{NAME}-2900000{index}"
+        obj["metadata"]["labels"][LABEL_RUN] = name
+        obj["metadata"]["annotations"] = {
+            ANNOTATION_SCHEDULED_AT: "2026-01-05T09:00:00Z",
+            ANNOTATION_TRIGGER: TRIGGER_SCHEDULE,
+        }
+        parsed.append(orjson.loads(orjson.dumps(obj)))
+        model.upsert_job(parsed[-1])
+    first, second = (model._jobs[key_of(obj)] for obj in parsed)
+    for field in ("slot", "created_at", "started_at", "finished_at", "namespace", "trigger"):
+        assert getattr(first.info, field) is getattr(second.info, field), field
+    assert first.info.run is first.info.name
+    assert first.owner == OWNER
+    assert first.owner is second.owner
