@@ -1,6 +1,7 @@
 """`cronlease`: run the operator.
 
-cronlease.modelwatch watches ScheduledJobs and their Jobs, kopf the RunRequests (standalone:
+cronlease.modelwatch watches ScheduledJobs and their Jobs (and, for multi-step runs,
+cronlease.runwatch the Runs, step Jobs and heartbeat Leases), kopf the RunRequests (standalone:
 kopf's peering is not leader election and has no fencing); our scheduler loop runs beside them
 on the same event loop and is the only thing that writes.
 """
@@ -130,7 +131,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     job_watch = JobWatch(api, model, namespaces, jobs_listed)
     scheduledjob_watch = ScheduledJobWatch(api, model, namespaces, scheduledjobs_listed)
-    watches = (scheduledjob_watch, job_watch)
+    watches = (scheduledjob_watch, job_watch, *run_watch.watches)
 
     async def listed() -> None:
         """A new leader decides once ScheduledJobs, Jobs and Runs are listed (Forbid counts

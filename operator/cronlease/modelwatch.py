@@ -1,6 +1,6 @@
-"""The watches that feed the live model: ScheduledJobs and the Jobs they own, each one
-list-then-watch (cronlease.listwatch) per watched namespace (docs/design-notes.md, items 8 and
-102).
+"""The watches that feed the live model: ScheduledJobs and the Jobs they own, and for multi-step
+runs (cronlease.runwatch) the Runs, step Jobs and heartbeat Leases; each one list-then-watch
+(cronlease.listwatch) per watched namespace (docs/design-notes.md, items 8 and 102).
 
 Each event costs a JSON parse and a resourceVersion comparison. kopf's per-event machinery (a
 worker task, a memory per object, a parse with the standard library) cost more for each of the
@@ -10,10 +10,12 @@ five events of a Job's run, and for each ScheduledJob's status write in a burst 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from cronlease import metrics
 from cronlease.kube import JOBS, SCHEDULEDJOBS, KubeApi, resource_path
@@ -31,31 +33,36 @@ class Feed:
     # A full listing of a namespace ("" for all) at a version lacked whatever is not in the
     # set: it was deleted while no watch was open.
     forget_unlisted: Callable[[str, set[Key], str], None]
+    # Brackets a listing: a model's tombstones outlive the reads in flight (Model.reading).
+    reading: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
 
-class ModelWatch:
+S = TypeVar("S")  # what a watch feeds: the model, or the supervisor's store
+
+
+class ModelWatch(Generic[S]):
     """One collection, watched in every scope; `listed` is set once every scope has been
-    listed into the model: a new leader decides after it. Subclasses name the collection."""
+    listed into what it feeds: a new leader decides after it. Subclasses name the collection
+    and how its objects enter `target`."""
 
     noun: ClassVar[str]  # for readiness: "the Job watch of ..."
     resource: ClassVar[tuple[str, str]]
     selector: ClassVar[str | None] = None
 
     @staticmethod
-    def feed_of(model: Model) -> Feed:
+    def feed_of(target: S) -> Feed:
         raise NotImplementedError
 
     def __init__(
         self,
         api: KubeApi,
-        model: Model,
+        target: S,
         namespaces: tuple[str, ...],
         listed: asyncio.Event,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
-        self.model = model
-        self.feed = self.feed_of(model)
+        self.feed = self.feed_of(target)
         self.scopes = namespaces or ("",)  # "" is every namespace
         self.listed = listed
         self._query = [("labelSelector", self.selector)] if self.selector else []
@@ -90,7 +97,7 @@ class ModelWatch:
         observer = _ScopeObserver(self, namespace)
         path = resource_path(self.resource, namespace)
         return ListWatch(
-            self.api, path, observer, self._query, listing=self.model.reading, clock=self._clock
+            self.api, path, observer, self._query, listing=self.feed.reading, clock=self._clock
         )
 
     def scope_listed(self, namespace: str) -> None:
@@ -99,31 +106,32 @@ class ModelWatch:
             self.listed.set()
 
 
-class JobWatch(ModelWatch):
+class JobWatch(ModelWatch[Model]):
     """The Jobs our ScheduledJobs own or are labelled for."""
 
     noun, resource, selector = "Job", JOBS, LABEL_SCHEDULEDJOB
 
     @staticmethod
-    def feed_of(model: Model) -> Feed:
-        return Feed(model.upsert_job, model.delete_job, model.forget_unlisted_jobs)
+    def feed_of(target: Model) -> Feed:
+        forget = target.forget_unlisted_jobs
+        return Feed(target.upsert_job, target.delete_job, forget, target.reading)
 
 
-class ScheduledJobWatch(ModelWatch):
+class ScheduledJobWatch(ModelWatch[Model]):
     """Every ScheduledJob in the watched namespaces."""
 
     noun, resource = "ScheduledJob", SCHEDULEDJOBS
 
     @staticmethod
-    def feed_of(model: Model) -> Feed:
-        forget = model.forget_unlisted_scheduledjobs
-        return Feed(model.upsert_scheduledjob, model.delete_scheduledjob, forget)
+    def feed_of(target: Model) -> Feed:
+        forget = target.forget_unlisted_scheduledjobs
+        return Feed(target.upsert_scheduledjob, target.delete_scheduledjob, forget, target.reading)
 
 
 class _ScopeObserver:
     """Feeds one namespace's (or every namespace's) objects into the model."""
 
-    def __init__(self, watch: ModelWatch, namespace: str) -> None:
+    def __init__(self, watch: ModelWatch[Any], namespace: str) -> None:
         self.watch, self.namespace = watch, namespace
         self.feed = watch.feed
         self._listing: set[Key] = set()

@@ -1,93 +1,92 @@
 """The watches that feed multi-step runs (issue 17): Runs (into the ScheduledJobs' Run model and
-the supervisor's store), step Jobs and heartbeat Leases (into the store), each one
-list-then-watch (cronlease.listwatch) per watched namespace."""
+the supervisor's store), step Jobs and heartbeat Leases (into the store), each a ModelWatch."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from cronlease import metrics
-from cronlease.kube import JOBS, LEASES, RUNS, KubeApi, resource_path
-from cronlease.listwatch import ListWatch
-from cronlease.model import Key, Model, key_of
+from cronlease.kube import JOBS, LEASES, RUNS, KubeApi
+from cronlease.model import Key, Model
+from cronlease.modelwatch import Feed, ModelWatch
 from cronlease.naming import LABEL_SCHEDULEDJOB
 from cronlease.runstore import RunStore
 from cronlease.stepjob import LABEL_STEP
 
 
+@dataclass(frozen=True, slots=True)
+class RunViews:
+    """Where a Run goes: the Run model its ScheduledJob's decisions read (a Run counts there as
+    a Job does), and the supervisor's store."""
+
+    runs: Model
+    store: RunStore
+
+
+class RunObjectWatch(ModelWatch[RunViews]):
+    noun, resource, selector = "Run", RUNS, LABEL_SCHEDULEDJOB
+
+    @staticmethod
+    def feed_of(target: RunViews) -> Feed:
+        runs, store = target.runs, target.store
+
+        def upsert(obj: dict[str, Any]) -> None:
+            runs.upsert_job(obj)
+            store.upsert_run(obj)
+
+        def delete(obj: dict[str, Any]) -> None:
+            runs.delete_job(obj)
+            store.delete_run(obj)
+
+        def forget_unlisted(namespace: str, listed: set[Key], version: str) -> None:
+            runs.forget_unlisted_jobs(namespace, listed, version)
+            store.forget_unlisted("runs", namespace, listed)
+
+        return Feed(upsert, delete, forget_unlisted, runs.reading)
+
+
+class StepJobWatch(ModelWatch[RunStore]):
+    noun, resource, selector = "step Job", JOBS, LABEL_STEP
+
+    @staticmethod
+    def feed_of(target: RunStore) -> Feed:
+        def forget_unlisted(namespace: str, listed: set[Key], version: str) -> None:
+            target.forget_unlisted("jobs", namespace, listed)
+
+        return Feed(target.upsert_step_job, target.delete_step_job, forget_unlisted)
+
+
+class HeartbeatWatch(ModelWatch[RunStore]):
+    noun, resource, selector = "heartbeat Lease", LEASES, LABEL_STEP
+
+    @staticmethod
+    def feed_of(target: RunStore) -> Feed:
+        def forget_unlisted(namespace: str, listed: set[Key], version: str) -> None:
+            target.forget_unlisted("leases", namespace, listed)
+
+        return Feed(target.upsert_lease, target.delete_lease, forget_unlisted)
+
+
 class RunWatch:
+    """The three together: `listed` is set once each has listed every scope (the supervisor
+    acts after it)."""
+
     def __init__(
         self, api: KubeApi, runs: Model, store: RunStore, namespaces: tuple[str, ...]
     ) -> None:
-        self.runs, self.store = runs, store
-        self.listed = asyncio.Event()  # every collection of every scope listed once
-        scopes = namespaces or ("",)
-        self._unlisted: set[tuple[str, str]] = set()
-        self._watches = []
-        for scope in scopes:
-            for collection, resource, selector in (
-                ("runs", RUNS, LABEL_SCHEDULEDJOB),
-                ("jobs", JOBS, LABEL_STEP),
-                ("leases", LEASES, LABEL_STEP),
-            ):
-                self._unlisted.add((collection, scope))
-                observer = _Observer(self, collection, scope)
-                path = resource_path(resource, scope)
-                self._watches.append(ListWatch(api, path, observer, [("labelSelector", selector)]))
+        self.listed = asyncio.Event()
+        self._listed = [asyncio.Event() for _ in range(3)]
+        self.watches: tuple[ModelWatch[Any], ...] = (
+            RunObjectWatch(api, RunViews(runs, store), namespaces, self._listed[0]),
+            StepJobWatch(api, store, namespaces, self._listed[1]),
+            HeartbeatWatch(api, store, namespaces, self._listed[2]),
+        )
 
     async def run(self) -> None:
-        await asyncio.gather(*(watch.run() for watch in self._watches))
+        await asyncio.gather(*(watch.run() for watch in self.watches), self._all_listed())
 
-    def scope_listed(self, collection: str, scope: str) -> None:
-        self._unlisted.discard((collection, scope))
-        if not self._unlisted:
-            self.listed.set()
-
-
-class _Observer:
-    def __init__(self, watch: RunWatch, collection: str, scope: str) -> None:
-        self.watch, self.collection, self.scope = watch, collection, scope
-        store = watch.store
-        upserts: dict[str, Callable[[dict[str, Any]], None]] = {
-            "runs": self._upsert_run,
-            "jobs": store.upsert_step_job,
-            "leases": store.upsert_lease,
-        }
-        deletes: dict[str, Callable[[dict[str, Any]], None]] = {
-            "runs": self._delete_run,
-            "jobs": store.delete_step_job,
-            "leases": store.delete_lease,
-        }
-        self.upsert, self.delete = upserts[collection], deletes[collection]
-        self._listing: set[Key] = set()
-
-    def _upsert_run(self, obj: dict[str, Any]) -> None:
-        self.watch.runs.upsert_job(obj)
-        self.watch.store.upsert_run(obj)
-
-    def _delete_run(self, obj: dict[str, Any]) -> None:
-        self.watch.runs.delete_job(obj)
-        self.watch.store.delete_run(obj)
-
-    def listed_item(self, obj: dict[str, Any]) -> None:
-        self._listing.add(key_of(obj))
-        self.upsert(obj)
-
-    def listed(self, version: str) -> None:
-        if self.collection == "runs":
-            self.watch.runs.forget_unlisted_jobs(self.scope, self._listing, version)
-        self.watch.store.forget_unlisted(self.collection, self.scope, self._listing)
-        self._listing = set()
-        self.watch.scope_listed(self.collection, self.scope)
-
-    def changed(self, event_type: str, obj: dict[str, Any]) -> None:
-        if event_type == "DELETED":
-            self.delete(obj)
-        else:
-            self.upsert(obj)
-
-    def failed(self, error: Exception) -> None:
-        self._listing = set()
-        metrics.reconcile_errors.labels("watch").inc()
+    async def _all_listed(self) -> None:
+        for listed in self._listed:
+            await listed.wait()
+        self.listed.set()

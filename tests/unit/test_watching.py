@@ -12,9 +12,13 @@ import pytest
 from builders import NAMESPACE, OWNER_REF
 from shell import Shell, eventually, scheduledjob
 
-from cronlease.kube import JOBS, SCHEDULEDJOBS
+from cronlease.kube import JOBS, RUNS, SCHEDULEDJOBS
+from cronlease.model import Model
 from cronlease.modelwatch import JobWatch, ScheduledJobWatch
 from cronlease.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
+from cronlease.runobject import run_info
+from cronlease.runstore import RunStore
+from cronlease.runwatch import RunWatch
 
 OWNER_UID = "uid-report"
 
@@ -172,6 +176,42 @@ async def test_the_scheduledjob_watch_follows_and_after_410_settles_a_deletion_i
         assert stored("added")
         assert (NAMESPACE, "listed") in shell.wakeups.pop_due()
         assert watch.unsynced(after=5) is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_run_watches_feed_both_views_and_after_410_settle_a_deletion() -> None:
+    """A Run reaches the Run model its ScheduledJob's decisions read and the supervisor's store;
+    `listed` waits for the Runs, the step Jobs and the heartbeat Leases; a Run deleted while no
+    watch was open leaves both after the next listing."""
+    shell = Shell()
+    run = {**job("run-listed"), "apiVersion": "cronlease.io/v1alpha1", "kind": "Run"}
+    shell.server.put(run)
+    runs = Model(lambda key: None, read=run_info)
+    store = RunStore(lambda key: None)
+    watch = RunWatch(shell.api, runs, store, ())
+    unsynced = {part.unsynced(after=5) for part in watch.watches}
+    assert unsynced == {
+        f"the {noun} watch has not listed all namespaces yet"
+        for noun in ("Run", "step Job", "heartbeat Lease")
+    }
+    shell.server.fail("GET", r"/leases", 500, times=1)  # the Leases list last
+    task = asyncio.create_task(watch.run())
+
+    def seen(name: str) -> tuple[bool, bool]:
+        in_model = any(info.name == name for info in runs.jobs_of(NAMESPACE, OWNER_UID))
+        return in_model, store.run((NAMESPACE, name)) is not None
+
+    try:
+        await eventually(watch.listed.is_set)
+        assert all(part.unsynced(after=5) is None for part in watch.watches)
+        assert seen("run-listed") == (True, True)
+        await eventually(lambda: shell.server.open_watches == 3)
+        shell.server.end_watches()
+        shell.server.remove(*RUNS, NAMESPACE, "run-listed")
+        shell.server.compact()
+        await eventually(lambda: seen("run-listed") == (False, False))
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
