@@ -19,7 +19,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -52,6 +52,7 @@ from cronlease.runobject import build_run, run_info
 from cronlease.spec import SpecError, steps_of
 from cronlease.stepjob import build_step_job
 from cronlease.supervision import Action
+from cronlease.workpool import WorkPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,6 +65,7 @@ FENCING_WRONG_WRITER = '" may not'
 FENCING_RETRIES = 6
 # How long status writes and Events wait for a burst of creations to drain before going anyway.
 CREATIONS_FIRST_PATIENCE = 30.0
+EVENT_WRITERS = 4
 
 
 class Outcome(enum.Enum):
@@ -216,9 +218,9 @@ class Applier:
         self.acting_slots, self.writing_slots = max_concurrency, max(1, max_concurrency // 4)
         self._act_pool = asyncio.Semaphore(self.acting_slots)
         self._status_pool = asyncio.Semaphore(self.writing_slots)
-        self._event_pool = asyncio.Semaphore(4)
         self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
-        self._background: set[asyncio.Task[None]] = set()
+        # One Event write per worker, a few workers: Events are informational.
+        self._event_writers = WorkPool(EVENT_WRITERS, self._post_event)
         self._checked_generation: dict[str, int] = {}  # ScheduledJob uid -> template dry-run
 
     async def apply(
@@ -636,21 +638,14 @@ class Applier:
         waits goes out in its next write."""
         series = self.events.record(ref, event_type, reason, message)
         if series is not None:
-            self._spawn(self._post_event(series))
+            self._event_writers.put((series, asyncio.get_running_loop().time()))
 
-    async def _post_event(self, series: EventSeries) -> None:
-        more = True
-        while more:
-            await self.creations.wait_turn()
-            async with self._event_pool:
-                more = await self.events.flush(series)
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    async def _post_event(self, queued: tuple[EventSeries, float]) -> None:
+        series, since = queued
+        await self.creations.wait_turn(since)
+        if await self.events.flush(series):  # more occurred meanwhile: written next, in turn
+            self._event_writers.put((series, asyncio.get_running_loop().time()))
 
     async def drain(self) -> None:
         """Wait for the Events still being posted (tests, and a graceful stop)."""
-        while self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._event_writers.drain()

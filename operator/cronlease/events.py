@@ -196,11 +196,12 @@ class EventRecorder:
         """Write the pending occurrences in one write. True if more arrived meanwhile: the caller
         flushes again (after its own wait); False when this writer is done."""
         count, message, since = series.pending, series.message, series.pending_since
+        latest = series.seen
         series.pending = 0
         failed = False
         if count:
             try:
-                await self._write(series, count, message, since)
+                await self._write(series, count, message, since, latest)
             except (ApiError, TransportError) as error:
                 failed = True
                 log.warning(
@@ -222,7 +223,12 @@ class EventRecorder:
         series.writer = False
         return False
 
-    async def _write(self, series: EventSeries, count: int, message: str, since: float) -> None:
+    async def _write(
+        self, series: EventSeries, count: int, message: str, since: float, latest: float
+    ) -> None:
+        """`since` and `latest`: when the first and the last of the `count` occurrences were
+        recorded (a write may wait for creations: lastTimestamp is the occurrence's, as
+        client-go's correlator sets it, not the write's)."""
         now = self.clock()
         ref = series.ref
         for _ in range(ATTEMPTS):
@@ -235,7 +241,7 @@ class EventRecorder:
                         "metadata": {"resourceVersion": series.version},
                         "count": total,
                         "firstTimestamp": series.first,
-                        "lastTimestamp": stamp(now),
+                        "lastTimestamp": stamp(latest),
                         "message": message[:1024],
                     }
                     written = await self.api.patch_event(ref.namespace, series.name, patch)
@@ -249,7 +255,7 @@ class EventRecorder:
                         name=series.name,
                         count=total,
                         first=series.first,
-                        last=stamp(now),
+                        last=stamp(latest),
                     )
                     written = await self.api.create_event(body)
             except ApiError as error:

@@ -17,10 +17,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from cronlease import backoff
 from cronlease.applier import Applied, Applier, FollowUp, Outcome
@@ -34,6 +33,7 @@ from cronlease.requestplan import plan_waiting
 from cronlease.runrequest import RunRequestView
 from cronlease.spec import priority_of
 from cronlease.wakeups import WakeupQueue
+from cronlease.workpool import WorkPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,12 +65,15 @@ class Scheduler:
         self.applier = applier or Applier(api, leadership, model, max_concurrency)
         self._clock = clock  # "now" for decisions (tests pass their own)
         self._in_flight: set[Key] = set()  # from its start until its writes are done
-        self._due: deque[Key] = deque()  # started, waiting for an actor
-        self._acted: deque[tuple[Key, FollowUp]] = deque()  # waiting for a writer
-        self._actors = self._writers = 0
+        # Pending creations hold status writes back (cronlease.applier.CreationsFirst): an
+        # actor counts as one from before its first key to after its last, so the keys still
+        # queued count too, not only those being decided.
+        self._actors = WorkPool(
+            self.applier.acting_slots, self._act_one, held=self.applier.creations.creating
+        )
+        self._writers = WorkPool(self.applier.writing_slots, self._write_one)
         self._rerun: set[Key] = set()
         self._failures: dict[Key, int] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._seeded = False
 
     async def run(self) -> None:
@@ -135,51 +138,18 @@ class Scheduler:
             self._rerun.add(key)  # decided again once the reconcile in flight ends
             return
         self._in_flight.add(key)
-        self._due.append(key)
-        self._staff()
+        self._actors.put(key)
 
-    def _staff(self) -> None:
-        """Workers for what waits, up to the applier's slots; each takes its first item now, so
-        that a key due alone never waits behind a busy actor."""
-        while self._due and self._actors < self.applier.acting_slots:
-            self._actors += 1
-            self._spawn(self._actor(self._due.popleft()))
-        while self._acted and self._writers < self.applier.writing_slots:
-            self._writers += 1
-            self._spawn(self._writer(*self._acted.popleft()))
+    async def _act_one(self, key: Key) -> None:
+        acted = await self._guarded(key, self._act(key))
+        if isinstance(acted, Applied):
+            self._done(key, acted)
+        else:
+            self._writers.put((key, acted))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _actor(self, key: Key) -> None:
-        try:
-            # Pending creations hold status writes back (cronlease.applier.CreationsFirst): the
-            # keys still queued count, not only the one being decided.
-            with self.applier.creations.creating():
-                while True:
-                    acted = await self._guarded(key, self._act(key))
-                    if isinstance(acted, Applied):
-                        self._done(key, acted)
-                    else:
-                        self._acted.append((key, acted))
-                        self._staff()
-                    if not self._due:
-                        break
-                    key = self._due.popleft()
-        finally:
-            self._actors -= 1
-
-    async def _writer(self, key: Key, after: FollowUp) -> None:
-        try:
-            while True:
-                self._done(key, await self._guarded(key, self.applier.follow_up(after)))
-                if not self._acted:
-                    break
-                key, after = self._acted.popleft()
-        finally:
-            self._writers -= 1
+    async def _write_one(self, item: tuple[Key, FollowUp]) -> None:
+        key, after = item
+        self._done(key, await self._guarded(key, self.applier.follow_up(after)))
 
     async def _guarded(self, key: Key, work: Awaitable[T]) -> T | Applied:
         try:
@@ -187,6 +157,9 @@ class Scheduler:
         except Exception as error:  # a bug must never stop the loop: back off, log it whole
             log.exception("%s/%s: reconcile failed", *key)
             return Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
+        except BaseException:  # cancelled: a later wake-up decides it again
+            self._in_flight.discard(key)
+            raise
 
     def _done(self, key: Key, applied: Applied) -> None:
         self._in_flight.discard(key)
@@ -270,6 +243,6 @@ class Scheduler:
     async def drain(self) -> None:
         """Wait for the reconciles in flight, queued ones included, and their Events (tests end
         with it)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._actors.drain()  # before the writers: actors hand them their records
+        await self._writers.drain()
         await self.applier.drain()
