@@ -6,8 +6,9 @@ the same burst, all due every minute. One watcher outside both controllers stamp
 of every Job; lag = arrival - slot, the slot read from the Job's cronlease.io/scheduled-at or
 batch.kubernetes.io/cronjob-scheduled-timestamp annotation. A plain client creating the same N
 Jobs at once gives the physical limit (suspended ones, with no pods to follow, the API server's
-alone). Each phase ends by deleting what it made and giving the namespace up to three minutes
-to go before the next begins. RSS and CPU come from /proc.
+alone). Our phases end by suspending the ScheduledJobs and measuring the operator's RSS once it
+is at rest; each phase ends by deleting what it made and giving the namespace up to three
+minutes to go before the next begins. RSS and CPU come from /proc.
 
     make bench                      # N = 100, 1000, 5000
     python bench/bench.py --n 100 --slots 1
@@ -59,6 +60,8 @@ COLLECTION_DELETE_ATTEMPTS = 5
 CRONJOBS = ("batch/v1", "cronjobs")
 FIRING = (SCHEDULEDJOBS, CRONJOBS, JOBS)
 REST_WINDOW = 8.0  # seconds of quiet measured just before each first slot
+QUIET_CPU = 0.05  # of a core: the operator at rest after the bursts (rest_after_bursts)
+QUIET_LIMIT = 300.0  # seconds to wait for that rest
 
 
 @dataclass
@@ -72,6 +75,8 @@ class Phase:
     burst_seconds: float = 0.0  # slot to the last Job of the burst (the first slot)
     rest_rss_mb: float = 0.0
     peak_rss_mb: float = 0.0
+    after_rss_mb: float = float("nan")  # at rest after the bursts (rest_after_bursts)
+    after_quiet_s: float = float("nan")  # from suspending to quiet
     rest_cpu_s_per_min: float = 0.0
     burst_cpu_s_per_min: float = 0.0
 
@@ -98,6 +103,8 @@ class Phase:
             "burst_seconds": self.burst_seconds,
             "rest_rss_mb": self.rest_rss_mb,
             "peak_rss_mb": self.peak_rss_mb,
+            "after_rss_mb": self.after_rss_mb,
+            "after_quiet_s": self.after_quiet_s,
             "rest_cpu_s_per_min": self.rest_cpu_s_per_min,
             "burst_cpu_s_per_min": self.burst_cpu_s_per_min,
         }
@@ -367,6 +374,14 @@ async def run_phase(
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
     await profiling
+    if controller == "cronlease":
+        names = [f"b{i:05d}" for i in range(n)]
+        phase.after_rss_mb, phase.after_quiet_s = await rest_after_bursts(api, path, names, sampler)
+        print(
+            f"  {controller}: at rest {phase.after_quiet_s:.0f} s after suspending: "
+            f"RSS {phase.after_rss_mb:.0f} MB",
+            flush=True,
+        )
     print(
         f"  {controller}: N={n} p50={_lag(phase.percentile(0.5))} "
         f"p99={_lag(phase.percentile(0.99))} "
@@ -376,6 +391,36 @@ async def run_phase(
     )
     await delete_namespaces(api, [namespace])
     return phase
+
+
+async def rest_after_bursts(
+    api: KubeApi, path: str, names: list[str], sampler: CostSampler
+) -> tuple[float, float]:
+    """The operator's RSS at rest after the bursts, with every ScheduledJob and its Jobs still
+    in its model: with a slot every minute it never comes to rest at N=5000 (a burst's writes
+    take most of the minute), so the ScheduledJobs are suspended, and the RSS is the mean over
+    the first REST_WINDOW seconds in which it used under QUIET_CPU of a core. (RSS, seconds from
+    suspending to that quiet); NaN if it never came within QUIET_LIMIT seconds."""
+    started = time.time()
+    await gather_bounded(
+        (
+            api.request(
+                "PATCH",
+                f"{path}/{name}",
+                {"spec": {"suspend": True}},
+                content_type="application/merge-patch+json",
+            )
+            for name in names
+        ),
+        CREATE_CONCURRENCY,
+    )
+    while time.time() < started + QUIET_LIMIT:
+        end = time.time()
+        rss, _, cpu = sampler.window(end - REST_WINDOW, end)
+        if end - started >= REST_WINDOW and cpu / 60 < QUIET_CPU:
+            return rss, end - REST_WINDOW - started
+        await asyncio.sleep(1.0)
+    return float("nan"), float("nan")
 
 
 async def wait_settled(api: KubeApi, path: str, n: int) -> float:
@@ -442,8 +487,12 @@ def markdown(results: dict[str, Any]) -> str:
         "Raw create: a plain client creating the same N Jobs at once (64 in flight, as the "
         "operator), before both controllers and after them, at the mean of the two times; "
         "burst = slot to the last Job of our first slot. Suspended: Jobs with no pods, "
-        "the API server alone. Rest: the 8 s before the slot, once the operator has written every "
-        "ScheduledJob's first status.",
+        "the API server alone. Before the slot: the 8 s before the first measured slot, once the "
+        "operator has written every ScheduledJob's first status (at N=5000 the unmeasured slots "
+        "of the minutes before may still be at work). At rest after: once the measured slots "
+        "are over, the ScheduledJobs are suspended, and the RSS is the mean over the first 8 s "
+        "in which the operator used under 5% of a core, with every ScheduledJob and its Jobs "
+        "still in its model.",
         "",
         "A percentile counts every Job due; 'missed' means it falls among the Jobs that never "
         "came within the window (the slot plus 55 s).",
@@ -463,14 +512,14 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         "| N | raw create Jobs/s | raw time s | our burst s | burst / raw | raw suspended Jobs/s "
-        "| operator rest RSS MB | peak RSS MB | rest RSS per ScheduledJob | CPU s/min rest "
-        "| CPU s/min burst |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| operator RSS MB before the slot | peak RSS MB | RSS MB at rest after | "
+        "rest RSS per ScheduledJob | CPU s/min before the slot | CPU s/min burst |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, entry in results["by_n"].items():
         ours = entry["cronlease"]
         raw_time = int(n) / entry["raw_jobs_per_s"]
-        per_sj = (ours["rest_rss_mb"] - results["baseline_rss_mb"]) / int(n)
+        per_sj = (ours["after_rss_mb"] - results["baseline_rss_mb"]) / int(n)
         cells = [
             n,
             f"{entry['raw_jobs_per_s']:.0f}",
@@ -480,6 +529,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{entry.get('raw_suspended_jobs_per_s', float('nan')):.0f}",
             f"{ours['rest_rss_mb']:.0f}",
             f"{ours['peak_rss_mb']:.0f}",
+            f"{ours['after_rss_mb']:.0f}",
             f"{per_sj * 1024:.1f} KB",
             f"{ours['rest_cpu_s_per_min']:.1f}",
             f"{ours['burst_cpu_s_per_min']:.1f}",
@@ -541,10 +591,11 @@ def targets(results: dict[str, Any]) -> list[str]:
         )
     if "5000" in results["by_n"]:
         ours = results["by_n"]["5000"]["cronlease"]
-        rest, peak = ours["rest_rss_mb"], ours["peak_rss_mb"]
+        rest, peak = ours["after_rss_mb"], ours["peak_rss_mb"]
         verdicts.append(
-            f"RSS <= {RSS_LIMIT_MB} MB at rest at N=5000: {rest:.0f} MB, "
-            f"{_verdict(rest <= RSS_LIMIT_MB)} (peak {peak:.0f} MB)"
+            f"RSS <= {RSS_LIMIT_MB} MB at rest after the bursts at N=5000: {rest:.0f} MB, "
+            f"{_verdict(rest <= RSS_LIMIT_MB)} (peak {peak:.0f} MB; "
+            f"{ours['rest_rss_mb']:.0f} MB before the first measured slot)"
         )
     return verdicts
 

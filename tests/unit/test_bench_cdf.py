@@ -33,7 +33,8 @@ def test_a_controller_that_missed_half_its_jobs_reaches_only_half() -> None:
 
 def test_the_targets_are_issue_19s() -> None:
     """1.1x the raw create at 100 and 1,000, 1.5x at 5,000; p99 against CronJob's; RSS at
-    rest at 5,000 against 100 MB."""
+    rest after the bursts at 5,000 against 100 MB (not before the slot, when the minutes
+    before may still be at work)."""
     module = bench()
 
     def entry(burst: float, p99: float | None, theirs: float | None) -> dict[str, object]:
@@ -42,7 +43,8 @@ def test_the_targets_are_issue_19s() -> None:
             "cronlease": {
                 "burst_seconds": burst,
                 "p99": p99,
-                "rest_rss_mb": 99,
+                "rest_rss_mb": 130,
+                "after_rss_mb": 99,
                 "peak_rss_mb": 120,
             },
             "cronjob": {"p99": theirs},
@@ -61,5 +63,6 @@ def test_the_targets_are_issue_19s() -> None:
         "burst <= 1.5 x raw create at N=5000: 7.60 s vs 7.50 s, MISSED",
         "p99 <= CronJob's at N=1000: 2.000 vs missed s, met",
         "p99 <= CronJob's at N=5000: missed vs missed s, MISSED",
-        "RSS <= 100 MB at rest at N=5000: 99 MB, met (peak 120 MB)",
+        "RSS <= 100 MB at rest after the bursts at N=5000: 99 MB, met "
+        "(peak 120 MB; 130 MB before the first measured slot)",
     ]
