@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards soak clean
+.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards bench-jobrecords soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ bench-shards: venv ## a burst through S shard leaders, simulated from the measur
 
 bench-decide: venv ## the pure decision path on one core: slots per second, a day of per-second slots caught up (bench/results/decide.md; no cluster)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/decide.py $(DECIDE_ARGS)
+
+bench-jobrecords: venv ## what the live model keeps per Job, in-process: bytes per Job and where (bench/results/jobrecords.md; no cluster)
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/jobrecords.py $(JOBRECORDS_ARGS)
 
 soak: venv ## a million Job deletions through the model in-process, RSS flat within 5% (bench/results/soak.md; no cluster)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/soak.py $(SOAK_ARGS)
