@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+from asyncio import sslproto
 from collections.abc import AsyncIterator
 
 import kopf
@@ -9,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fakeapi import FakeApiServer
 
-from cronlease.kube import HttpTransport, KubeApi
+from cronlease.kube import TLS_READ_BUFFER, HttpTransport, KubeApi
 
 
 @pytest.fixture
@@ -69,3 +72,18 @@ async def test_every_response_date_reaches_the_server_clock(
     assert len(dates) == 1
     assert dates[0] is not None
     assert dates[0].endswith(" GMT")
+
+
+async def test_tls_connections_read_into_64_kib_not_256(served: tuple[FakeApiServer, str]) -> None:
+    """asyncio's default read buffer, zero-filled for each TLS connection's life, was 24 MB of
+    the operator's RSS at a burst's 64 connections (docs/design-notes.md, item 103)."""
+    _, url = served
+    info = kopf.ConnectionInfo(server=url, token="t")
+    api = KubeApi(HttpTransport(info, lambda: info, 4))
+    try:
+        loop = asyncio.get_running_loop()
+        context = ssl.create_default_context()
+        protocol = sslproto.SSLProtocol(loop, asyncio.Protocol(), context, loop.create_future())
+        assert len(protocol.get_buffer(-1)) == TLS_READ_BUFFER == 64 * 1024
+    finally:
+        await api.close()
