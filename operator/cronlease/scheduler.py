@@ -122,9 +122,8 @@ class Scheduler:
 
     def _by_priority(self, keys: list[Key]) -> list[Key]:
         """The ScheduledJobs due together, highest spec.priority first (in the order they fell
-        due within a priority). Each task reaches the applier's acting slots in the order it was
-        started (nothing awaits before), and those slots are granted first come, first served:
-        at a burst, the Jobs of higher priorities are created first."""
+        due within a priority). The actors take the keys first in, first out: at a burst, the
+        Jobs of higher priorities are created first."""
 
         def priority(key: Key) -> int:
             obj = self.model.scheduledjob(key)
@@ -157,7 +156,7 @@ class Scheduler:
         except Exception as error:  # a bug must never stop the loop: back off, log it whole
             log.exception("%s/%s: reconcile failed", *key)
             return Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
-        except BaseException:  # cancelled: a later wake-up decides it again
+        except BaseException:  # cancelled (a stop): no longer in flight
             self._in_flight.discard(key)
             raise
 
