@@ -4,6 +4,7 @@ the supervisor's store), step Jobs and heartbeat Leases (into the store), each a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +47,26 @@ class RunObjectWatch(ModelWatch[RunViews]):
         return Feed(upsert, delete, forget_unlisted, runs.reading)
 
 
+def _store_feed(
+    store: RunStore,
+    collection: str,
+    upsert: Callable[[dict[str, Any]], None],
+    delete: Callable[[dict[str, Any]], None],
+) -> Feed:
+    """Step Jobs and heartbeat Leases: the store alone keeps them, with no versions to bury."""
+
+    def forget_unlisted(namespace: str, listed: set[Key], version: str) -> None:
+        store.forget_unlisted(collection, namespace, listed)
+
+    return Feed(upsert, delete, forget_unlisted)
+
+
 class StepJobWatch(ModelWatch[RunStore]):
     noun, resource, selector = "step Job", JOBS, LABEL_STEP
 
     @staticmethod
     def feed_of(target: RunStore) -> Feed:
-        def forget_unlisted(namespace: str, listed: set[Key], version: str) -> None:
-            target.forget_unlisted("jobs", namespace, listed)
-
-        return Feed(target.upsert_step_job, target.delete_step_job, forget_unlisted)
+        return _store_feed(target, "jobs", target.upsert_step_job, target.delete_step_job)
 
 
 class HeartbeatWatch(ModelWatch[RunStore]):
@@ -62,10 +74,7 @@ class HeartbeatWatch(ModelWatch[RunStore]):
 
     @staticmethod
     def feed_of(target: RunStore) -> Feed:
-        def forget_unlisted(namespace: str, listed: set[Key], version: str) -> None:
-            target.forget_unlisted("leases", namespace, listed)
-
-        return Feed(target.upsert_lease, target.delete_lease, forget_unlisted)
+        return _store_feed(target, "leases", target.upsert_lease, target.delete_lease)
 
 
 class RunWatch:

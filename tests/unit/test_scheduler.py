@@ -13,7 +13,6 @@ from builders import NAMESPACE
 from fakeapi import FakeApiServer
 from shell import Shell, eventually
 
-from cronlease.applier import Applier
 from cronlease.jobinfo import job_info
 from cronlease.kube import JOBS, SCHEDULEDJOBS
 from cronlease.naming import format_time
@@ -92,16 +91,20 @@ async def test_an_edit_of_the_scheduledjob_itself_ends_a_backoff(
     await eventually(lambda: "processedUntil" in shell.status("once"), deadline=2)
 
 
+def one_slot_shell() -> Shell:
+    """A shell that decides in real time, with one acting slot (and so one writing slot)."""
+
+    def now() -> datetime:
+        return datetime.now(UTC)
+
+    return Shell(FakeApiServer(clock=now), clock=now, concurrency=1)
+
+
 async def test_at_a_burst_higher_priorities_create_first() -> None:
     """Twelve ScheduledJobs due on the same second, with one acting slot: their first Jobs are
     created in spec.priority order, highest first; a bad priority counts as 0 and harms none."""
-    shell = Shell(FakeApiServer(clock=lambda: datetime.now(UTC)))
-    applier = Applier(shell.api, shell.leadership, shell.model, max_concurrency=1)
-    listed = asyncio.Event()
-    listed.set()
-    scheduler = Scheduler(
-        shell.api, shell.leadership, shell.model, shell.wakeups, listed, applier=applier
-    )
+    shell = one_slot_shell()
+    scheduler = shell.scheduler
     priorities = [3, -5, 100, 0, 7, 7, 42, -1, 1000, 2, "high", 9]
     # Created in this order; by priority the first slot's Jobs must come out sorted.
     for index, priority in enumerate(priorities):
@@ -128,13 +131,8 @@ async def test_a_burst_waits_as_keys_and_records_not_as_tasks() -> None:
     queues as keys, records and Events to write. Each slot still gets its one Job and its
     status, and every status write waits for the last creation (the keys still queued count as
     creations to come)."""
-    shell = Shell(FakeApiServer(clock=lambda: datetime.now(UTC)))
-    applier = Applier(shell.api, shell.leadership, shell.model, max_concurrency=1)
-    listed = asyncio.Event()
-    listed.set()
-    scheduler = Scheduler(
-        shell.api, shell.leadership, shell.model, shell.wakeups, listed, applier=applier
-    )
+    shell = one_slot_shell()
+    scheduler = shell.scheduler
     names = [f"b{index:02d}" for index in range(40)]
     for name in names:
         shell.create(name, schedule="*/5 * * * * *")
