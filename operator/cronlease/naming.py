@@ -124,9 +124,13 @@ def parse_time_strictly(text: str) -> datetime:
 def parse_time(text: object) -> datetime | None:
     """Parse a timestamp someone else may have written: None when it is missing or is not an
     RFC 3339 time (a hand-edited annotation or status field), never an exception."""
-    if not text or not isinstance(text, str):
-        return None
+    if not text or not isinstance(text, str) or len(text) > MAX_TIME_TEXT:
+        return None  # the cache below keeps texts: a hostile one must not be kilobytes long
     return _parse_time_shared(text)
+
+
+# RFC 3339 with nanoseconds and an offset is 35 characters; anything longer is not one.
+MAX_TIME_TEXT = 64
 
 
 # The model keeps several instants per Job, and the Jobs of a burst share their slot and mostly

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from builders import NAME, NAMESPACE, OWNER_REF, UID
 
+from cronlease import naming
 from cronlease.model import Key, Model, key_of, pack
 from cronlease.naming import (
     ANNOTATION_SCHEDULED_AT,
@@ -256,3 +257,12 @@ def test_the_jobs_of_a_burst_keep_what_they_share_once() -> None:
     assert first.info.run is first.info.name
     assert first.owner == OWNER
     assert first.owner is second.owner
+
+
+def test_instants_are_shared_but_a_hostile_text_is_not_kept() -> None:
+    """Instants are parsed once per distinct text and the datetimes kept in a bounded cache; an
+    annotation of kilobytes is no time, and the cache never holds it."""
+    assert naming.parse_time("2026-01-05T09:00:00Z") is naming.parse_time("2026-01-05T09:00:00Z")
+    cached = naming._parse_time_shared.cache_info().currsize
+    assert naming.parse_time("2026-01-05T09:00:00Z" + " " * 100_000) is None
+    assert naming._parse_time_shared.cache_info().currsize == cached
