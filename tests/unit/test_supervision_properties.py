@@ -60,7 +60,10 @@ class World:
     fresh: set[str] = field(default_factory=set)  # created by the last plan applied
     gone: set[str] = field(default_factory=set)  # existed, deleted for good
     renewed: dict[str, datetime] = field(default_factory=dict)
-    completions: list[str] = field(default_factory=list)  # steps, in order of success
+    # Each succeeded step's completion as its status first recorded it: when its Job finished,
+    # then the order it was seen in (several can first be seen succeeded in one pass, and a Job
+    # seen late may have finished before one seen earlier).
+    completions: dict[str, tuple[str, int]] = field(default_factory=dict)
     compensated: list[str] = field(default_factory=list)  # compensations, in creation order
 
     def view(self) -> list[StepJob]:
@@ -112,7 +115,8 @@ class World:
                     self.gone.add(job.name)
         for entry in self.status.get("steps", []):
             if entry["phase"] == "Succeeded" and entry["name"] not in self.completions:
-                self.completions.append(entry["name"])
+                finished = (entry.get("finishedAt", ""), int(entry.get("order", 0)))
+                self.completions[entry["name"]] = finished
 
 
 def current_attempts(status: dict[str, Any]) -> dict[tuple[str, Action], tuple[int, str]]:
@@ -150,6 +154,17 @@ EVENTS = st.sampled_from(
 )  # fmt: skip
 
 
+@example(
+    steps=Steps(
+        tuple(
+            Step(name, TEMPLATE, compensate=Compensation(TEMPLATE, RetryPolicy(max_attempts=1)))
+            for name in ("s0", "s1", "s2")
+        )
+    ),
+    events=[("supervise", 0), ("succeed", 1), ("tick", 1)],
+    doomed=2,
+    undo_fails=False,
+)  # s1 finishes, then s0 two seconds later: both first seen succeeded in one pass
 @example(
     steps=Steps(
         (
@@ -221,7 +236,8 @@ def test_every_attempt_runs_once_and_every_run_ends(
         world.now += timedelta(seconds=5)
         world.supervise(lose_write=False)
     assert world.status.get("phase") in FINAL, world.status
-    order = [s for s in reversed(world.completions) if steps.step(s).compensate]  # type: ignore[union-attr]
+    newest_first = sorted(world.completions, key=world.completions.__getitem__, reverse=True)
+    order = [s for s in newest_first if steps.step(s).compensate]  # type: ignore[union-attr]
     hypothesis.event(f"compensations: {len(set(world.compensated))}")
     hypothesis.event(f"phase: {world.status.get('phase')}")
     started = list(dict.fromkeys(world.compensated))  # a retried compensation starts once
