@@ -41,7 +41,7 @@ from cronlease.jobinfo import JobInfo, job_info
 from cronlease.jobtemplate import build_job
 from cronlease.kube import RUNREQUESTS, SCHEDULEDJOBS, ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
-from cronlease.model import Model
+from cronlease.model import Key, Model
 from cronlease.naming import (
     FINALIZER_SLOT_RECORD,
     LABEL_DEAD_LETTER,
@@ -66,6 +66,11 @@ FENCING_RETRIES = 6
 # How long status writes and Events wait for a burst of creations to drain before going anyway.
 CREATIONS_FIRST_PATIENCE = 30.0
 EVENT_WRITERS = 4
+# Deletions a creation waits on (the run it replaces, the other it cancels) go before it, in
+# the acting slot. The others (history, expired dead letters) are cleanup: they wait behind the
+# burst's creations like status writes, since each costs the API server a Job and its pods'
+# deletions right when it is busiest (docs/design-notes.md, 104).
+CLEARING = frozenset({DeletionReason.REPLACE, DeletionReason.CANCEL_OTHER})
 
 
 class Outcome(enum.Enum):
@@ -101,18 +106,21 @@ class FollowUp:
     it waits for creations to drain, not its object nor its decision (docs/design-notes.md,
     items 12 and 100)."""
 
-    namespace: str
+    owner: ObjectRef
     status: StatusWrite | None
     requests: list[RequestStatus]
     releases: list[PlannedRelease]
     labels: list[PlannedLabel]
+    cleanups: list[PlannedDeletion]  # finished runs past their limits: no creation waits on them
     wake_at: float | None  # epoch seconds of the next decision, if any
     progress: bool  # Jobs were created: a failed write after them is progress (see Applied)
     acted_at: float  # loop time the creations ended: the creations-first patience runs from it
 
     @property
     def writes(self) -> bool:
-        return self.status is not None or bool(self.requests or self.releases or self.labels)
+        return self.status is not None or bool(
+            self.requests or self.releases or self.labels or self.cleanups
+        )
 
 
 class NotLeading(Exception):
@@ -221,7 +229,8 @@ class Applier:
         self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
         # One Event write per worker, a few workers: Events are informational.
         self._event_writers = WorkPool(EVENT_WRITERS, self._post_event)
-        self._checked_generation: dict[str, int] = {}  # ScheduledJob uid -> template dry-run
+        # ScheduledJob -> (uid, generation) of its template's last dry run; forget() drops it.
+        self._checked: dict[Key, tuple[str, int]] = {}
 
     async def apply(
         self,
@@ -256,16 +265,18 @@ class Applier:
         """The second half of apply(): once the creations have drained (or for the patience at
         most, from `after.acted_at`), the status, then what it records."""
         try:
-            if after.status is not None or after.requests:
+            if after.status is not None or after.requests or after.cleanups:
                 await self.creations.wait_turn(since=after.acted_at)
             if after.status is not None:
                 await self._write_status(after.status)
             for request in after.requests:  # after the ScheduledJob's: its cursor first
                 await self._write_request_status(request)
             for release in after.releases:
-                await self._release(after.namespace, release)
+                await self._release(after.owner.namespace, release)
             for planned in after.labels:
-                await self._label(after.namespace, planned)
+                await self._label(after.owner.namespace, planned)
+            for deletion in after.cleanups:
+                await self._delete(after.owner, deletion)
         except ENDINGS as error:
             return ended(error, progress=after.progress)
         return Applied(Outcome.DONE, after.wake_at)
@@ -291,7 +302,8 @@ class Applier:
                     await self._check_template(sj)
                     decision = await decide(sj)
                     for deletion in decision.deletions:
-                        await self._delete(sj, deletion)
+                        if deletion.reason in CLEARING:
+                            await self._delete(sj.ref, deletion)
                     for run in decision.runs:
                         release = await self._create(sj, run)
                         created.append(release)
@@ -321,11 +333,12 @@ class Applier:
             if not decision.keep_runs_held and run.request is None
         ]
         return FollowUp(
-            namespace=sj.namespace,
+            owner=sj.ref,
             status=self._record(sj, obj, decision),
             requests=decision.requests,
             releases=[*decision.releases, *settled],
             labels=decision.labels,
+            cleanups=[d for d in decision.deletions if d.reason not in CLEARING],
             wake_at=decision.wake_at.timestamp() if decision.wake_at else None,
             progress=bool(created),
             acted_at=asyncio.get_running_loop().time(),
@@ -337,7 +350,7 @@ class Applier:
         """Once per generation (and replica), a dry-run create of the template: a typo is then
         reported at once as InvalidSpec, not at the first slot, which may be hours away."""
         refused = sj.status.get("templateError") or {}
-        if self._checked_generation.get(sj.uid) == sj.generation or (
+        if self._checked.get((sj.namespace, sj.name)) == (sj.uid, sj.generation) or (
             refused.get("generation") == sj.generation
         ):
             return
@@ -350,7 +363,16 @@ class Applier:
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             return  # no verdict (429, 5xx, the fence's cache): checked again next time
-        self._checked_generation[sj.uid] = sj.generation
+        self._checked[sj.namespace, sj.name] = (sj.uid, sj.generation)
+
+    def forget(self, key: Key) -> None:
+        """The ScheduledJob is gone: a churn of short-lived ones must not pile up here."""
+        self._checked.pop(key, None)
+
+    @property
+    def checked_templates(self) -> int:
+        """How many ScheduledJobs' templates are known to pass their dry run (tests)."""
+        return len(self._checked)
 
     def _template_jobs(self, sj: ScheduledJobView, run: PlannedRun) -> list[dict[str, Any]]:
         """The Jobs a run would create: one, or each step's and each compensation's."""
@@ -409,20 +431,20 @@ class Applier:
                 self.check_leading()
         raise RetryLater("writes still refused as stale although we hold the Lease")
 
-    async def _delete(self, sj: ScheduledJobView, deletion: PlannedDeletion) -> None:
+    async def _delete(self, owner: ObjectRef, deletion: PlannedDeletion) -> None:
         self.check_leading()
         try:
             # CancelOther waits until the run is gone, pods included (cronlease.overlap).
             foreground = deletion.reason is DeletionReason.CANCEL_OTHER
             delete = self.api.delete_run if deletion.kind == RUN_KIND else self.api.delete_job
-            await delete(sj.namespace, deletion.job_name, deletion.uid, foreground)
+            await delete(owner.namespace, deletion.job_name, deletion.uid, foreground)
         except ApiError as error:
             if error.status in (404, 409):  # gone already, or a different Job now
                 return
             metrics.reconcile_errors.labels("delete").inc()
             raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
         self.event(
-            sj.ref,
+            owner,
             "Normal",
             "SuccessfulDelete",
             f"deleted {deletion.kind} {deletion.job_name} ({deletion.reason})",

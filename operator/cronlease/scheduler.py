@@ -175,6 +175,7 @@ class Scheduler:
         if not self.model.scheduledjob_live(key):
             # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
             # collector; a foreground deletion waits for them), and none may wait on us.
+            self.applier.forget(key)
             held = [
                 *self.model.releasable_held_jobs(key),
                 *self.applier.runs.releasable_held_jobs(key),

@@ -12,7 +12,7 @@ import pytest
 from builders import NAMESPACE
 from shell import SLOT, Shell, eventually
 
-from cronlease.applier import FENCING_MESSAGE, Outcome
+from cronlease.applier import FENCING_MESSAGE, FollowUp, Outcome
 from cronlease.kube import JOBS, LEASES
 from cronlease.leadership import ElectionConfig, LeaseElector, SoleLeader
 from cronlease.naming import format_time, scheduled_job_name
@@ -173,12 +173,18 @@ async def test_a_status_write_held_for_creations_is_dropped_on_handover_and_reco
     assert successor.status("report")["processedUntil"] == format_time(SLOT)
 
 
-async def test_a_deleted_job_is_deleted_by_uid_only() -> None:
-    """History cleanup names the uid it decided on: a Job recreated under the name survives."""
+async def test_a_deleted_scheduledjob_leaves_no_template_check_behind() -> None:
     shell = Shell()
-    shell.create("report", successfulJobsHistoryLimit=0)
-    await shell.apply("report")
-    job = shell.jobs()[0]
+    obj = shell.create("report")
+    await shell.scheduler.reconcile((NAMESPACE, "report"))
+    assert shell.applier.checked_templates == 1
+    shell.model.delete_scheduledjob(obj)
+    await shell.scheduler.reconcile((NAMESPACE, "report"))
+    assert shell.applier.checked_templates == 0
+
+
+def finish(shell: Shell, name: str) -> None:
+    """The Job succeeded at its slot, and the model has seen it."""
     finished = {
         "status": {
             "startTime": format_time(SLOT),
@@ -186,15 +192,56 @@ async def test_a_deleted_job_is_deleted_by_uid_only() -> None:
             "conditions": [{"type": "Complete", "status": "True"}],
         }
     }
-    shell.server.edit(*JOBS, NAMESPACE, JOB, finished)
-    stored = shell.server.get(*JOBS, NAMESPACE, JOB)
+    shell.server.edit(*JOBS, NAMESPACE, name, finished)
+    stored = shell.server.get(*JOBS, NAMESPACE, name)
     assert stored is not None
     shell.model.upsert_job(stored)
+
+
+async def test_a_deleted_job_is_deleted_by_uid_only() -> None:
+    """History cleanup names the uid it decided on: a Job recreated under the name survives."""
+    shell = Shell()
+    shell.create("report", successfulJobsHistoryLimit=0)
+    await shell.apply("report")
+    job = shell.jobs()[0]
+    finish(shell, JOB)
     # Someone replaces the Job between the decision and the delete.
     shell.server.remove(*JOBS, NAMESPACE, JOB)
     shell.server.put({**job, "metadata": {**job["metadata"], "uid": "", "resourceVersion": ""}})
     await shell.apply("report")
     assert [j["metadata"]["name"] for j in shell.jobs()] == [JOB]
+
+
+async def test_history_cleanup_waits_behind_creations_and_a_replaced_run_does_not() -> None:
+    """At a burst, a finished Job past its limit is deleted in the follow-up, behind creations;
+    a run Replace supersedes is deleted before its successor is created, in the acting slot."""
+    shell = Shell()
+    shell.create("report", successfulJobsHistoryLimit=0)
+    shell.create("replacing", concurrencyPolicy="Replace")
+    for name in ("report", "replacing"):
+        await shell.apply(name)
+    finish(shell, JOB)
+    shell.now = SLOT + timedelta(minutes=1)  # the next slot: replacing's Job is still running
+    running, successor = (
+        scheduled_job_name("replacing", slot, with_seconds=False) for slot in (SLOT, shell.now)
+    )
+    with shell.applier.creations.creating():  # another ScheduledJob's creation is under way
+        acted = {
+            name: await shell.applier.act(
+                lambda name=name: shell.model.scheduledjob((NAMESPACE, name)),  # type: ignore[misc]
+                shell.scheduler.decide,
+            )
+            for name in ("report", "replacing")
+        }
+        names = [job["metadata"]["name"] for job in shell.jobs()]
+        assert JOB in names  # report's cleanup waits...
+        assert running not in names  # ...replacing's deletion did not
+        assert successor in names
+    report = acted["report"]
+    assert isinstance(report, FollowUp)
+    assert [deletion.job_name for deletion in report.cleanups] == [JOB]
+    assert (await shell.applier.follow_up(report)).outcome is Outcome.DONE
+    assert JOB not in [job["metadata"]["name"] for job in shell.jobs()]
 
 
 @pytest.mark.parametrize(("failing", "progress"), [(1, False), (2, True)])
