@@ -45,6 +45,8 @@ def test_the_targets_are_issue_19s() -> None:
                 "p99": p99,
                 "rest_rss_mb": 130,
                 "after_rss_mb": 99,
+                "after_jobs": 7000,
+                "after_unfinished": 2000,
                 "peak_rss_mb": 120,
             },
             "cronjob": {"p99": theirs},
@@ -64,5 +66,26 @@ def test_the_targets_are_issue_19s() -> None:
         "p99 <= CronJob's at N=1000: 2.000 vs missed s, met",
         "p99 <= CronJob's at N=5000: missed vs missed s, MISSED",
         "RSS <= 100 MB at rest after the bursts at N=5000: 99 MB, met "
-        "(peak 120 MB; 130 MB before the first measured slot)",
+        "(peak 120 MB; 130 MB before the first measured slot; 7000 Jobs in the namespace, "
+        "2000 of them not finished by the job controller)",
     ]
+
+
+def test_the_watcher_counts_a_namespaces_jobs_and_the_unfinished_among_them() -> None:
+    watcher = bench().JobWatcher(None, "run")
+
+    def job(uid: str, namespace: str, *conditions: tuple[str, str]) -> dict[str, object]:
+        return {
+            "metadata": {"uid": uid, "namespace": namespace, "annotations": {}},
+            "status": {"conditions": [{"type": t, "status": s} for t, s in conditions]},
+        }
+
+    watcher.changed("ADDED", job("a", "ours"))
+    watcher.changed("ADDED", job("b", "ours"))
+    watcher.changed("ADDED", job("c", "ours"))
+    watcher.changed("ADDED", job("d", "theirs"))
+    watcher.changed("MODIFIED", job("a", "ours", ("Complete", "True")))
+    watcher.changed("MODIFIED", job("b", "ours", ("Failed", "False")))
+    watcher.changed("DELETED", job("c", "ours"))
+    assert watcher.jobs_in("ours") == (2, 1)
+    assert watcher.jobs_in("theirs") == (1, 1)
