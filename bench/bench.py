@@ -504,7 +504,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# cronlease vs CronJob ({results['started']})",
         "",
-        f"Machine: {results['machine']}. Every minute, N objects due at the same instant; "
+        f"Machine: {results['machine']}; "
+        f"{results.get('controller_manager', 'kube-controller-manager: its rate not recorded')}. "
+        "Every minute, N objects due at the same instant; "
         f"{results['slots']} measured slot(s) per controller and N. Lag = Job ADDED event at an "
         "outside watcher - slot.",
         "",
@@ -671,7 +673,9 @@ def plot(phases: list[Phase], path: Path) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else ensure_cluster().kubeconfig
+    cluster = None if args.kubeconfig else ensure_cluster()
+    kubeconfig = Path(args.kubeconfig) if cluster is None else cluster.kubeconfig
+    args.controller_manager = controller_manager_rate(cluster.commands if cluster else {})
     install_chart(kubeconfig)
     os.environ["KUBECONFIG"] = str(kubeconfig)
     api = connect(CREATE_CONCURRENCY)
@@ -693,6 +697,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await api.close()
 
 
+def controller_manager_rate(commands: dict[str, list[str]]) -> str:
+    """kube-controller-manager's client rate (the job and CronJob controllers'), from its command
+    line: both controllers' throughput here is bounded by it."""
+    command = commands.get("kube-controller-manager")
+    if command is None:
+        return "kube-controller-manager: not started by this bench (its rate unknown)"
+    rate = [flag for flag in command if flag.startswith(("--kube-api-qps=", "--kube-api-burst="))]
+    return "kube-controller-manager: " + (
+        " ".join(rate) or "its default client rate (20 requests a second, bursts of 30)"
+    )
+
+
 async def measure(
     args: argparse.Namespace, api: KubeApi, operator: OperatorProcess
 ) -> dict[str, Any]:
@@ -711,6 +727,7 @@ async def measure(
     results: dict[str, Any] = {
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores",
+        "controller_manager": args.controller_manager,
         "baseline_rss_mb": baseline,
         "slots": args.slots,
         "by_n": {},

@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+from devcluster.controllers import rate_flags
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench.py"
 
 
@@ -89,3 +93,18 @@ def test_the_watcher_counts_a_namespaces_jobs_and_the_unfinished_among_them() ->
     watcher.changed("DELETED", job("c", "ours"))
     assert watcher.jobs_in("ours") == (2, 1)
     assert watcher.jobs_in("theirs") == (1, 1)
+
+
+def test_the_report_names_the_controller_managers_rate() -> None:
+    module = bench()
+    assert module.controller_manager_rate({}).endswith("(its rate unknown)")
+    default = {"kube-controller-manager": ["kcm", "--controllers=*"]}
+    assert "its default client rate" in module.controller_manager_rate(default)
+    tuned = rate_flags("300")
+    assert tuned == ["--kube-api-qps=300", "--kube-api-burst=450"]
+    assert module.controller_manager_rate({"kube-controller-manager": ["kcm", *tuned]}) == (
+        "kube-controller-manager: --kube-api-qps=300 --kube-api-burst=450"
+    )
+    assert rate_flags("") == []
+    with pytest.raises(ValueError, match="CRONLEASE_KCM_QPS"):
+        rate_flags("0.5")
