@@ -291,6 +291,7 @@ class Applier:
         creations, or None if the template was refused (recorded here: its status write wakes
         the decision that reports InvalidSpec)."""
         runs: list[tuple[PlannedRun, PlannedRelease]] = []
+        cleanups: list[PlannedDeletion] = []  # the follow-up's, behind the creations
         refused: str | None = None
         with self.creations.creating():
             async with self._act_pool:
@@ -304,6 +305,8 @@ class Applier:
                     for deletion in decision.deletions:
                         if deletion.reason in CLEARING:
                             await self._delete(sj.ref, deletion)
+                        else:
+                            cleanups.append(deletion)
                     for run in decision.runs:
                         release = await self._create(sj, run)
                         created.append(release)
@@ -338,7 +341,7 @@ class Applier:
             requests=decision.requests,
             releases=[*decision.releases, *settled],
             labels=decision.labels,
-            cleanups=[d for d in decision.deletions if d.reason not in CLEARING],
+            cleanups=cleanups,
             wake_at=decision.wake_at.timestamp() if decision.wake_at else None,
             progress=bool(created),
             acted_at=asyncio.get_running_loop().time(),

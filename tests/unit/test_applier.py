@@ -4,6 +4,7 @@ API server says no, loses a response, or another leader has taken over."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -228,7 +229,7 @@ async def test_history_cleanup_waits_behind_creations_and_a_replaced_run_does_no
     with shell.applier.creations.creating():  # another ScheduledJob's creation is under way
         acted = {
             name: await shell.applier.act(
-                lambda name=name: shell.model.scheduledjob((NAMESPACE, name)),  # type: ignore[misc]
+                functools.partial(shell.model.scheduledjob, (NAMESPACE, name)),
                 shell.scheduler.decide,
             )
             for name in ("report", "replacing")
