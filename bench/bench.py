@@ -81,6 +81,7 @@ class Phase:
     after_unfinished: int = 0  # ...of which the job controller had not finished these
     rest_cpu_s_per_min: float = 0.0
     burst_cpu_s_per_min: float = 0.0
+    burst_cpu_ms_per_job: float = float("nan")  # the operator's, from the slot to its last Job
 
     def percentile(self, q: float) -> float | None:
         """Over every Job due, a missing one counting as infinitely late: None when the
@@ -111,6 +112,7 @@ class Phase:
             "after_unfinished": self.after_unfinished,
             "rest_cpu_s_per_min": self.rest_cpu_s_per_min,
             "burst_cpu_s_per_min": self.burst_cpu_s_per_min,
+            "burst_cpu_ms_per_job": self.burst_cpu_ms_per_job,
         }
 
 
@@ -160,6 +162,18 @@ class CostSampler:
         rss = [s[1] for s in inside]
         cpu = (inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0]) * 60
         return statistics.fmean(rss), max(rss), cpu
+
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds between two wall times, interpolated between the samples either side."""
+        return self._cpu_at(end) - self._cpu_at(start)
+
+    def _cpu_at(self, at: float) -> float:
+        before = [s for s in self.samples if s[0] <= at][-1:]
+        after = [s for s in self.samples if s[0] >= at][:1]
+        if not before or not after:
+            return float("nan")
+        (t0, _, c0), (t1, _, c1) = before[0], after[0]
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (at - t0) / (t1 - t0)
 
 
 # Watching Jobs from outside both controllers
@@ -395,6 +409,8 @@ async def run_phase(
     burst = sampler.window(first.timestamp(), first.timestamp() + max(phase.burst_seconds, 0) + 3)
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
+    burst_cpu = sampler.cpu_between(first.timestamp(), first.timestamp() + phase.burst_seconds)
+    phase.burst_cpu_ms_per_job = burst_cpu / n * 1000
     await profiling
     if controller == "cronlease":
         names = [f"b{i:05d}" for i in range(n)]
@@ -459,20 +475,28 @@ async def wait_settled(api: KubeApi, path: str, n: int) -> float:
     raise RuntimeError(f"the operator never acknowledged all {n} ScheduledJobs in {path}")
 
 
-async def raw_create_rate(
+@dataclass(frozen=True)
+class RawCreate:
+    jobs_per_s: float
+    client_cpu_s: float  # the bench process's CPU meanwhile: the client, and its Job watch
+
+
+async def raw_create(
     api: KubeApi, n: int, run_id: str, suspended: bool, profiler: Profiler | None = None
-) -> float:
+) -> RawCreate:
     """Jobs/s a plain client gets when it creates N Jobs at once. Jobs of the controllers'
     template (pods follow, through the Job controller and kwok) are the fair reference, bare of
     what each controller adds (bench/jobshape.py measures what ours costs); suspended ones, with
-    no pods, show what the API server alone can take."""
+    no pods, show what the API server alone can take. The client's CPU is set beside the
+    operator's: on this machine every core-second either spends is one the control plane does
+    not get."""
     namespace = f"bench-raw-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
     template = job_template(f"{run_id}-raw")
     template["spec"]["suspend"] = suspended
     name = f"raw{'-suspended' if suspended else ''}-{n}"
     profiling = asyncio.create_task(profile_from(profiler, name, time.time(), operator=False))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await gather_bounded(
         (
             api.create_job(
@@ -491,10 +515,10 @@ async def raw_create_rate(
         ),
         CREATE_CONCURRENCY,
     )
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     await profiling
     await delete_namespaces(api, [namespace])
-    return n / elapsed
+    return RawCreate(n / elapsed, cpu)
 
 
 # Reporting
@@ -565,6 +589,25 @@ def markdown(results: dict[str, Any]) -> str:
             f"{ours['burst_cpu_s_per_min']:.1f}",
         ]
         lines.append(_row(cells))
+    lines += [
+        "",
+        "CPU per Job: the operator's from the slot to the last Job of its first burst, and the "
+        "raw create's client's (the bench process, its Job watch included) over its create. "
+        "The control plane shares the machine's cores with both.",
+        "",
+        "| N | operator CPU ms per Job in its burst | raw client CPU ms per Job |",
+        "|---|---|---|",
+    ]
+    lines += [
+        _row(
+            [
+                n,
+                f"{entry['cronlease'].get('burst_cpu_ms_per_job', math.nan):.2f}",
+                f"{entry.get('raw_client_cpu_ms_per_job', math.nan):.2f}",
+            ]
+        )
+        for n, entry in results["by_n"].items()
+    ]
     lines += [
         "",
         f"Operator baseline RSS with no ScheduledJobs: {results['baseline_rss_mb']:.0f} MB.",
@@ -675,7 +718,7 @@ def plot(phases: list[Phase], path: Path) -> None:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     cluster = None if args.kubeconfig else ensure_cluster()
     kubeconfig = Path(args.kubeconfig) if cluster is None else cluster.kubeconfig
-    args.controller_manager = controller_manager_rate(cluster.commands if cluster else {})
+    controller_manager = controller_manager_rate(cluster.commands if cluster else {})
     install_chart(kubeconfig)
     os.environ["KUBECONFIG"] = str(kubeconfig)
     api = connect(CREATE_CONCURRENCY)
@@ -691,7 +734,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     )
     operator.start()
     try:
-        return await measure(args, api, operator)
+        return await measure(args, api, operator, controller_manager)
     finally:
         operator.stop()  # also when the run fails: an orphan would keep the Lease
         await api.close()
@@ -710,8 +753,9 @@ def controller_manager_rate(commands: dict[str, list[str]]) -> str:
 
 
 async def measure(
-    args: argparse.Namespace, api: KubeApi, operator: OperatorProcess
+    args: argparse.Namespace, api: KubeApi, operator: OperatorProcess, controller_manager: str
 ) -> dict[str, Any]:
+    """`controller_manager` names kube-controller-manager's client rate in the report."""
     deadline = time.monotonic() + 60
     while "model seeded" not in operator.log():  # leading, with its model filled: ready to act
         if time.monotonic() > deadline:
@@ -727,7 +771,7 @@ async def measure(
     results: dict[str, Any] = {
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores",
-        "controller_manager": args.controller_manager,
+        "controller_manager": controller_manager,
         "baseline_rss_mb": baseline,
         "slots": args.slots,
         "by_n": {},
@@ -745,19 +789,22 @@ async def measure(
             )
             # The raw create, once before both controllers and once after: a single one
             # varied from 296 to 562 Jobs/s between runs at N=1000; the ratios use the mean time.
-            raw_rates = [await raw_create_rate(api, n, run_id, suspended=False, profiler=profiler)]
+            raws = [await raw_create(api, n, run_id, suspended=False, profiler=profiler)]
             for controller in ("cronlease", "cronjob"):
                 phase = await run_phase(
                     api, watcher, controller, n, args.slots, run_id, sampler, profiler
                 )
                 phases.append(phase)
                 entry[controller] = phase.summary()
-            raw_rates.append(await raw_create_rate(api, n, run_id, suspended=False))
+            raws.append(await raw_create(api, n, run_id, suspended=False))
+            raw_rates = [raw.jobs_per_s for raw in raws]
             entry["raw_jobs_per_s_each"] = raw_rates
             entry["raw_jobs_per_s"] = n / statistics.fmean(n / rate for rate in raw_rates)
-            entry["raw_suspended_jobs_per_s"] = await raw_create_rate(
-                api, n, run_id, suspended=True
+            entry["raw_client_cpu_ms_per_job"] = (
+                statistics.fmean(raw.client_cpu_s for raw in raws) / n * 1000
             )
+            suspended = await raw_create(api, n, run_id, suspended=True)
+            entry["raw_suspended_jobs_per_s"] = suspended.jobs_per_s
             print(
                 f"  raw create: {' and '.join(f'{rate:.0f}' for rate in raw_rates)} Jobs/s "
                 f"(mean time: {entry['raw_jobs_per_s']:.0f}), suspended (no pods) "

@@ -4,6 +4,7 @@ a controller's curve below 1 (issue 19, item 3), and the targets are issue 19's.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -108,3 +109,13 @@ def test_the_report_names_the_controller_managers_rate() -> None:
     assert rate_flags("") == []
     with pytest.raises(ValueError, match="CRONLEASE_KCM_QPS"):
         rate_flags("0.5")
+
+
+def test_the_burst_cpu_is_interpolated_between_samples() -> None:
+    """The operator's CPU over its burst, from samples a quarter of a second apart: a burst of
+    a second or two must not be widened to the samples around it."""
+    sampler = bench().CostSampler(0)
+    sampler.samples = [(0.0, 60.0, 0.0), (1.0, 60.0, 0.5), (2.0, 61.0, 1.5)]
+    assert sampler.cpu_between(0.5, 1.5) == pytest.approx(0.75)
+    assert sampler.cpu_between(1.0, 2.0) == pytest.approx(1.0)
+    assert math.isnan(sampler.cpu_between(0.5, 2.5))  # past the last sample
