@@ -9,8 +9,8 @@ writes on the Jobs it creates: only such a Job is ever taken as a slot's run.
 from __future__ import annotations
 
 import enum
-import functools
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -90,6 +90,16 @@ class JobInfo:
     def finished(self) -> bool:
         return self.state is not JobState.ACTIVE
 
+    def decides_as(self, other: JobInfo | None) -> bool:
+        """Whether a decision reads this record as it reads `other`: equal, or an active run's
+        that differs only in its start. The start is read only once a run has finished (by
+        history_time), and finishing changes its state. A Job's start is one of the watch events
+        that wake its ScheduledJob, and at a burst that every Job starts, a decision each for
+        nothing (design note 105)."""
+        if other is None or self == other:
+            return other is not None
+        return not self.finished and replace(other, started_at=self.started_at) == self
+
     @property
     def history_time(self) -> datetime | None:
         """What history cleanup sorts by: completion, falling back to start, then creation."""
@@ -97,13 +107,10 @@ class JobInfo:
 
 
 # The model keeps a JobInfo per Job for the Job's life, so what Jobs have in common is kept once
-# (design note 103): the few triggers and namespaces, the run named as its first attempt is.
+# (design notes 103 and 105): the few triggers, the run named as its first attempt is, and the
+# namespace and owner's uid interned (sys.intern: one string for all that hold it, freed with
+# the last of them), as the model's keys are.
 _TRIGGERS = {trigger: trigger for trigger in (TRIGGER_SCHEDULE, TRIGGER_MANUAL, *REQUEST_TRIGGERS)}
-
-
-@functools.lru_cache(maxsize=256)
-def _shared_namespace(namespace: str) -> str:
-    return namespace
 
 
 def _mapping(value: object) -> dict[str, Any]:
@@ -144,7 +151,7 @@ def job_info(job: dict[str, Any]) -> JobInfo:
     annotations = _strings(metadata.get("annotations"))
     labels = _strings(metadata.get("labels"))
     owner = _controller(metadata)
-    owner_uid = _text(owner.get("uid")) or None if owner else None
+    owner_uid = sys.intern(_text(owner.get("uid"))) or None if owner else None
     state, finished_at, failure_reason = JobState.ACTIVE, None, ""
     for condition in _items(status.get("conditions")):
         if condition.get("status") != "True":
@@ -198,7 +205,7 @@ def job_info(job: dict[str, Any]) -> JobInfo:
         finished_at=finished_at,
         state=state,
         deleting=bool(metadata.get("deletionTimestamp")),
-        namespace=_shared_namespace(_text(metadata.get("namespace"))),
+        namespace=sys.intern(_text(metadata.get("namespace"))),
         trusted=trusted,
         held=isinstance(finalizers, list) and FINALIZER_SLOT_RECORD in finalizers,
         run_now_token=run_now_token,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -22,13 +23,16 @@ import orjson
 from cronlease.jobinfo import JobInfo, job_info
 from cronlease.naming import LABEL_SCHEDULEDJOB
 from cronlease.runrequest import scheduled_job_of
+from cronlease.spec import priority_of
 
 Key = tuple[str, str]  # (namespace, name)
 
 
 def key_of(obj: dict[str, Any]) -> Key:
+    """Its (namespace, name), the namespace interned: the model keeps a key per object, and one
+    namespace's objects share its string (design note 105)."""
     metadata = obj["metadata"]
-    return metadata.get("namespace", ""), metadata["name"]
+    return sys.intern(metadata.get("namespace", "")), metadata["name"]
 
 
 def version_of(obj: dict[str, Any]) -> str:
@@ -75,6 +79,9 @@ class StoredObject:
     version: str
     packed: bytes
     deleting: bool = False  # it has a deletionTimestamp
+    # A ScheduledJob's spec.priority, read when a burst is ordered: decoding every due object
+    # for it took a twentieth of the operator's CPU at a burst of 1,000 (design note 105).
+    priority: int = 0
 
     def unpack(self) -> dict[str, Any]:
         obj: dict[str, Any] = orjson.loads(zlib.decompress(self.packed))
@@ -86,7 +93,9 @@ def pack(obj: dict[str, Any]) -> StoredObject:
     # Not orjson's output itself: it is its whole output buffer, several times the document's
     # size (about 4 KiB for a 2 KiB ScheduledJob), and the model keeps one per object.
     packed = zlib.compress(orjson.dumps(_slim(obj)), 1)
-    return StoredObject(version_of(obj), packed, deleting)
+    spec = obj.get("spec")
+    priority = priority_of(spec) if isinstance(spec, dict) else 0
+    return StoredObject(version_of(obj), packed, deleting, priority)
 
 
 def _gone_at(key: Key, version: str) -> dict[str, Any]:
@@ -183,6 +192,11 @@ class Model:
         stored = self._scheduledjobs.get(key)
         return stored.unpack() if stored else None
 
+    def scheduledjob_priority(self, key: Key) -> int:
+        """Its spec.priority (0 if gone or invalid), read without decoding it."""
+        stored = self._scheduledjobs.get(key)
+        return stored.priority if stored else 0
+
     def scheduledjob_live(self, key: Key) -> bool:
         """In the model and not being deleted, read without decoding it."""
         stored = self._scheduledjobs.get(key)
@@ -215,7 +229,7 @@ class Model:
                 old_uid = current.unpack()["metadata"].get("uid")
                 if isinstance(old_uid, str) and old_uid != uid:
                     self._drop_owner(key[0], old_uid)
-            self._owners[(key[0], uid)] = key
+            self._owners[(key[0], sys.intern(uid))] = key  # the string its Jobs' records share
         self._on_change(key)
 
     def delete_scheduledjob(self, obj: dict[str, Any]) -> None:
@@ -325,8 +339,8 @@ class Model:
                 self._held.setdefault(stored.owner, {})[info.name] = info
             else:
                 self._unhold(stored)
-        if info == previous:
-            return  # pod counts, ready: nothing a decision reads
+        if info.decides_as(previous):
+            return  # pod counts, ready, the start of a run: nothing a decision reads
         if self._on_job_finished and info.finished and previous and not previous.finished:
             self._on_job_finished(obj)
         self._notify_owner(stored)

@@ -31,7 +31,6 @@ from cronlease.naming import parse_time
 from cronlease.reconcile import decide
 from cronlease.requestplan import plan_waiting
 from cronlease.runrequest import RunRequestView
-from cronlease.spec import priority_of
 from cronlease.wakeups import WakeupQueue
 from cronlease.workpool import WorkPool
 
@@ -124,13 +123,7 @@ class Scheduler:
         """The ScheduledJobs due together, highest spec.priority first (in the order they fell
         due within a priority). The actors take the keys first in, first out: at a burst, the
         Jobs of higher priorities are created first."""
-
-        def priority(key: Key) -> int:
-            obj = self.model.scheduledjob(key)
-            spec = (obj or {}).get("spec")
-            return priority_of(spec) if isinstance(spec, dict) else 0
-
-        return sorted(keys, key=lambda key: -priority(key))
+        return sorted(keys, key=lambda key: -self.model.scheduledjob_priority(key))
 
     def _start(self, key: Key) -> None:
         if key in self._in_flight:

@@ -66,14 +66,24 @@ class Recorder:
             {"startTime": "2026-01-05T09:00:00Z", "uncountedTerminatedPods": {"succeeded": ["p"]}},
             False,
         ),
-        ({"startTime": "2026-01-05T09:00:01Z", "active": 1}, True),
+        # Read only once the run has finished (history_time): at a burst every Job starts.
+        ({"startTime": "2026-01-05T09:00:01Z", "active": 1}, False),
+        (
+            {
+                "startTime": "2026-01-05T09:00:01Z",
+                "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimit"}],
+            },
+            True,
+        ),
         (COMPLETE, True),
     ],
-    ids=["pod-counts", "finalizer-bookkeeping", "start-time", "completion"],
+    ids=["pod-counts", "finalizer-bookkeeping", "start-time", "failure", "completion"],
 )
 def test_a_job_update_wakes_its_owner_only_when_a_decision_could_change(
     later_status: dict[str, Any], wakes: bool
 ) -> None:
+    """Each wake is a decision, and at a burst every Job's start and pod counts come as watch
+    events: only what a decision reads wakes one."""
     recorder = Recorder()
     recorder.model.upsert_job(job_object(1, startTime="2026-01-05T09:00:00Z", active=1))
     assert recorder.changes == [OWNER]
@@ -236,8 +246,9 @@ def test_a_scheduledjob_recreated_unseen_leaves_nothing_of_the_old_one() -> None
 
 def test_the_jobs_of_a_burst_keep_what_they_share_once() -> None:
     """The model keeps a record of every Job for the Job's life: the slot, the instants, the
-    namespace, the trigger, the run named as its first attempt and the owner's key are kept
-    once for the Jobs that share them, not once per Job and field (design note 103)."""
+    namespace (in the record and in the key), the owner's uid, the trigger, the run named as
+    its first attempt and the owner's key are kept once for the Jobs that share them, not once
+    per Job and field (design notes 103 and 105)."""
     model = Model(lambda key: None)
     model.upsert_scheduledjob(scheduledjob_object(5))
     parsed = []
@@ -252,8 +263,11 @@ def test_the_jobs_of_a_burst_keep_what_they_share_once() -> None:
         parsed.append(orjson.loads(orjson.dumps(obj)))
         model.upsert_job(parsed[-1])
     first, second = (model._jobs[key_of(obj)] for obj in parsed)
-    for field in ("slot", "created_at", "started_at", "finished_at", "namespace", "trigger"):
+    fields = ("slot", "created_at", "started_at", "finished_at", "namespace", "trigger")
+    for field in (*fields, "owner_uid"):
         assert getattr(first.info, field) is getattr(second.info, field), field
+    first_key, second_key = model._jobs  # the keys the model keeps
+    assert first_key[0] is second_key[0] is first.info.namespace
     assert first.info.run is first.info.name
     assert first.owner == OWNER
     assert first.owner is second.owner

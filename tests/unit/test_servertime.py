@@ -57,6 +57,21 @@ def test_without_a_usable_reading_now_is_the_hosts(header: str | None) -> None:
     assert server_clock.now() == SERVER + timedelta(hours=1)
 
 
+def test_a_date_seen_again_keeps_its_first_reading() -> None:
+    """Date has a resolution of a second: its first response is the nearest to the start of
+    that second, and a later one with the same Date is not read again."""
+    clocks = Clocks(SERVER)
+    server_clock = clocks.clock()
+    header = format_datetime(SERVER, usegmt=True)
+    server_clock.observe(header)
+    clocks.monotonic += 0.9
+    server_clock.observe(header)
+    assert server_clock.server_now() == SERVER + timedelta(seconds=0.9)
+    clocks.monotonic += 0.2
+    server_clock.observe(format_datetime(SERVER + timedelta(seconds=1), usegmt=True))
+    assert server_clock.server_now() == SERVER + timedelta(seconds=1)
+
+
 async def test_a_host_clock_jump_never_moves_the_cursor_ahead_of_the_server() -> None:
     clocks = Clocks(SLOT + timedelta(hours=1))  # the host jumped an hour ahead
     server_clock = clocks.clock()
