@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 # Seconds. Not aligned to the minute: some trims land inside a burst, where one costs a few ms.
-TRIM_EVERY = 15.0
+# As often as idle connections close (cronlease.kube.IDLE_CONNECTION): their buffers come back.
+TRIM_EVERY = 5.0
 
 
 def heap_trimmer() -> Callable[[], None] | None:
