@@ -96,8 +96,10 @@ class JobInfo:
         history_time), and finishing changes its state. A Job's start is one of the watch events
         that wake its ScheduledJob, and at a burst that every Job starts, a decision each for
         nothing (design note 105)."""
-        if other is None or self == other:
-            return other is not None
+        if other is None:
+            return False
+        if self == other:
+            return True
         return not self.finished and replace(other, started_at=self.started_at) == self
 
     @property
