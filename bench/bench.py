@@ -62,8 +62,8 @@ FIRING = (SCHEDULEDJOBS, CRONJOBS, JOBS)
 REST_WINDOW = 8.0  # seconds of quiet measured just before each first slot
 QUIET_CPU = 0.05  # of a core: the operator at rest after the bursts (rest_after_bursts)
 QUIET_LIMIT = 300.0  # seconds to wait for that rest
-# Then, settled: the operator closes idle connections and trims its heap within seconds of
-# quiet (cronlease.kube.IDLE_CONNECTION, cronlease.heaptrim.TRIM_EVERY), after this reading.
+# Seconds from that reading to the settled one: within seconds of quiet the operator closes its
+# idle connections and trims its heap (cronlease.kube.IDLE_CONNECTION, heaptrim.TRIM_EVERY).
 SETTLE = 30.0
 
 
@@ -414,10 +414,10 @@ async def run_phase(
     burst = sampler.window(first.timestamp(), first.timestamp() + max(phase.burst_seconds, 0) + 3)
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
-    burst_cpu = sampler.cpu_between(first.timestamp(), first.timestamp() + phase.burst_seconds)
-    phase.burst_cpu_ms_per_job = burst_cpu / n * 1000
     await profiling
-    if controller == "cronlease":
+    if controller == "cronlease":  # the sampler follows the operator: CronJob's CPU is not in it
+        burst_cpu = sampler.cpu_between(first.timestamp(), first.timestamp() + phase.burst_seconds)
+        phase.burst_cpu_ms_per_job = burst_cpu / n * 1000
         names = [f"b{i:05d}" for i in range(n)]
         phase.after_rss_mb, phase.after_quiet_s = await rest_after_bursts(api, path, names, sampler)
         phase.after_jobs, phase.after_unfinished = watcher.jobs_in(namespace)

@@ -263,8 +263,16 @@ def test_the_jobs_of_a_burst_keep_what_they_share_once() -> None:
         parsed.append(orjson.loads(orjson.dumps(obj)))
         model.upsert_job(parsed[-1])
     first, second = (model._jobs[key_of(obj)] for obj in parsed)
-    fields = ("slot", "created_at", "started_at", "finished_at", "namespace", "trigger")
-    for field in (*fields, "owner_uid"):
+    shared = (
+        "slot",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "namespace",
+        "trigger",
+        "owner_uid",
+    )
+    for field in shared:
         assert getattr(first.info, field) is getattr(second.info, field), field
     first_key, second_key = model._jobs  # the keys the model keeps
     assert first_key[0] is second_key[0] is first.info.namespace
