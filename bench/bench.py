@@ -2,13 +2,14 @@
 
 For each N: N ScheduledJobs, then N equivalent CronJobs (kube-controller-manager's controller at
 its defaults), each set alone in a fresh namespace so the two never compete for the machine in
-the same burst, all due every minute. One watcher outside both controllers stamps the ADDED event
-of every Job; lag = arrival - slot, the slot read from the Job's cronlease.io/scheduled-at or
-batch.kubernetes.io/cronjob-scheduled-timestamp annotation. A plain client creating the same N
-Jobs at once gives the physical limit (suspended ones, with no pods to follow, the API server's
-alone). Our phases end by suspending the ScheduledJobs and measuring the operator's RSS once it
-is at rest; each phase ends by deleting what it made and giving the namespace up to three
-minutes to go before the next begins. RSS and CPU come from /proc.
+the same burst, all due at the same measured minutes and at no others. One watcher outside both
+controllers stamps the ADDED event of every Job; lag = arrival - slot, the slot read from the
+Job's cronlease.io/scheduled-at or batch.kubernetes.io/cronjob-scheduled-timestamp annotation.
+A plain client creating the same N Jobs at once gives the physical limit (suspended ones, with no
+pods to follow, the API server's alone). Our phases end by suspending the ScheduledJobs and
+measuring the operator's RSS once it is at rest; each phase ends by deleting what it made and
+giving the namespace up to three minutes to go before the next begins. RSS and CPU come from
+/proc.
 
     make bench                      # N = 100, 1000, 5000
     python bench/bench.py --n 100 --slots 1
@@ -48,6 +49,7 @@ from devcluster import ensure_cluster
 from devcluster.cluster import kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.replica import PRODUCTION_ELECTION, REPO, OperatorProcess
+from operator_jobs import operator_jobs
 
 CRONJOB_SLOT = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 RUN_LABEL = "bench.cronlease.io/run"
@@ -65,6 +67,12 @@ QUIET_LIMIT = 300.0  # seconds to wait for that rest
 # Seconds from that reading to the settled one: within seconds of quiet the operator closes its
 # idle connections and trims its heap (cronlease.kube.IDLE_CONNECTION, heaptrim.TRIM_EVERY).
 SETTLE = 30.0
+# The schedule the objects are created with: none of its instants comes within the phase (the
+# next is 29 February 2028 at midnight). See arm().
+DORMANT = "0 0 29 2 *"
+ARM_LEAD = 10.0  # seconds from the objects settling to the first measured slot, at least
+ARM_ATTEMPTS = 3
+MAX_SLOTS = 15  # see firing_only_at
 
 
 @dataclass
@@ -269,15 +277,18 @@ def job_template(run_id: str) -> dict[str, Any]:
     }
 
 
-def scheduled(kind: str, name: str, namespace: str, run_id: str) -> dict[str, Any]:
-    """The same every-minute object for either controller: a ScheduledJob or a CronJob."""
+def scheduled(
+    kind: str, name: str, namespace: str, run_id: str, schedule: str = "* * * * *"
+) -> dict[str, Any]:
+    """The same object for either controller, every minute unless told: a ScheduledJob or a
+    CronJob."""
     api_version = "cronlease.io/v1alpha1" if kind == "ScheduledJob" else "batch/v1"
     return {
         "apiVersion": api_version,
         "kind": kind,
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "schedule": "* * * * *",
+            "schedule": schedule,
             "successfulJobsHistoryLimit": 1,
             "failedJobsHistoryLimit": 1,
             "jobTemplate": job_template(run_id),
@@ -352,6 +363,13 @@ def next_minute(after: float) -> datetime:
     return datetime.fromtimestamp((int(after) // 60 + 1) * 60, UTC)
 
 
+def firing_only_at(slots: list[datetime]) -> str:
+    """A cron expression that fires at these consecutive minutes (at most MAX_SLOTS of them) and
+    at no other time within 45 minutes either side: at the same minutes of every hour."""
+    assert len(slots) <= MAX_SLOTS, f"at most {MAX_SLOTS} measured slots"
+    return ",".join(str(slot.minute) for slot in slots) + " * * * *"
+
+
 async def wait_until(instant: float) -> None:
     await asyncio.sleep(max(0.0, instant - time.time()))
 
@@ -379,11 +397,12 @@ async def run_phase(
     await create_namespace(api, namespace)
     kind = "ScheduledJob" if controller == "cronlease" else "CronJob"
     path = resource_path(SCHEDULEDJOBS if controller == "cronlease" else CRONJOBS, namespace)
+    names = [f"b{i:05d}" for i in range(n)]
     created = time.time()
     await gather_bounded(
         (
-            api.request("POST", path, scheduled(kind, f"b{i:05d}", namespace, run_id))
-            for i in range(n)
+            api.request("POST", path, scheduled(kind, name, namespace, run_id, DORMANT))
+            for name in names
         ),
         CREATE_CONCURRENCY,
     )
@@ -392,9 +411,8 @@ async def run_phase(
     if controller == "cronlease":
         ready = await wait_settled(api, path, n)
         print(f"  {controller}: all {n} acknowledged in status after {ready - created:.1f} s")
-    # The first slot must come at least 10 s after the objects settle (and leave a rest window).
-    first = next_minute(ready + 10)
-    measured = [datetime.fromtimestamp(first.timestamp() + 60 * i, UTC) for i in range(slots)]
+    measured = await arm(api, path, names, controller, slots, ready - created)
+    first = measured[0]
     phase = Phase(controller, n, [s.isoformat() for s in measured], expected=n * slots)
     # From just before the slot: the burst is the operator's wake-up and its creations.
     profiling = asyncio.create_task(
@@ -418,7 +436,6 @@ async def run_phase(
     if controller == "cronlease":  # the sampler follows the operator: CronJob's CPU is not in it
         burst_cpu = sampler.cpu_between(first.timestamp(), first.timestamp() + phase.burst_seconds)
         phase.burst_cpu_ms_per_job = burst_cpu / n * 1000
-        names = [f"b{i:05d}" for i in range(n)]
         phase.after_rss_mb, phase.after_quiet_s = await rest_after_bursts(api, path, names, sampler)
         phase.after_jobs, phase.after_unfinished = watcher.jobs_in(namespace)
         await asyncio.sleep(SETTLE + REST_WINDOW)
@@ -449,18 +466,7 @@ async def rest_after_bursts(
     the first REST_WINDOW seconds in which it used under QUIET_CPU of a core. (RSS, seconds from
     suspending to that quiet); NaN if it never came within QUIET_LIMIT seconds."""
     started = time.time()
-    await gather_bounded(
-        (
-            api.request(
-                "PATCH",
-                f"{path}/{name}",
-                {"spec": {"suspend": True}},
-                content_type="application/merge-patch+json",
-            )
-            for name in names
-        ),
-        CREATE_CONCURRENCY,
-    )
+    await patch_each(api, path, names, {"spec": {"suspend": True}})
     while time.time() < started + QUIET_LIMIT:
         end = time.time()
         rss, _, cpu = sampler.window(end - REST_WINDOW, end)
@@ -470,13 +476,52 @@ async def rest_after_bursts(
     return float("nan"), float("nan")
 
 
-async def wait_settled(api: KubeApi, path: str, n: int) -> float:
-    """When the operator has written every new ScheduledJob's first status (the template's dry
-    run, the next schedule time): from then on it is at rest until the slot."""
+async def arm(
+    api: KubeApi, path: str, names: list[str], controller: str, slots: int, setup_s: float
+) -> list[datetime]:
+    """Gives the objects, created DORMANT, a schedule that fires at the measured slots alone, and
+    returns those. Had they fired every minute from their creation, the slots before the measured
+    ones would still be at work in them at N=5000 (how many slots the setup spans varied from
+    run to run, and the readings with it: design note 106). The first slot is far enough out
+    for the rewrite to settle as long as the creation did; if it was not, a later one."""
+    margin = setup_s + ARM_LEAD
+    for _ in range(ARM_ATTEMPTS):
+        started = time.time()
+        first = next_minute(started + margin)
+        measured = [datetime.fromtimestamp(first.timestamp() + 60 * i, UTC) for i in range(slots)]
+        await patch_each(api, path, names, {"spec": {"schedule": firing_only_at(measured)}})
+        ready = time.time()
+        if controller == "cronlease":
+            ready = await wait_settled(api, path, len(names), first)
+        if ready <= first.timestamp() - ARM_LEAD:
+            print(f"  {controller}: armed for {first:%H:%M} in {ready - started:.1f} s", flush=True)
+            return measured
+        margin = 2 * (ready - started) + ARM_LEAD
+        print(f"  {controller}: settled too late for {first:%H:%M}; again", flush=True)
+    raise RuntimeError(f"the objects in {path} never settled {ARM_LEAD:.0f} s before a slot")
+
+
+async def patch_each(api: KubeApi, path: str, names: list[str], patch: dict[str, Any]) -> None:
+    await gather_bounded(
+        (
+            api.request(
+                "PATCH", f"{path}/{name}", patch, content_type="application/merge-patch+json"
+            )
+            for name in names
+        ),
+        CREATE_CONCURRENCY,
+    )
+
+
+async def wait_settled(api: KubeApi, path: str, n: int, next_slot: datetime | None = None) -> float:
+    """When the operator has written every ScheduledJob's status for its spec (the template's dry
+    run, the next schedule time: `next_slot` when given): from then on it is at rest until the
+    slot."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         items = (await api.request("GET", path, query=[("resourceVersion", "0")]))["items"]
-        if sum(1 for item in items if (item.get("status") or {}).get("nextScheduleTime")) >= n:
+        nexts = [(item.get("status") or {}).get("nextScheduleTime") for item in items]
+        if sum(1 for at in nexts if at and next_slot in (None, parse_time(at))) >= n:
             return time.time()
         await asyncio.sleep(max(2.0, n / 1000))  # each poll lists them all: keep it light
     raise RuntimeError(f"the operator never acknowledged all {n} ScheduledJobs in {path}")
@@ -489,39 +534,46 @@ class RawCreate:
 
 
 async def raw_create(
-    api: KubeApi, n: int, run_id: str, suspended: bool, profiler: Profiler | None = None
+    api: KubeApi,
+    n: int,
+    run_id: str,
+    suspended: bool,
+    ours: bool = False,
+    profiler: Profiler | None = None,
 ) -> RawCreate:
     """Jobs/s a plain client gets when it creates N Jobs at once. Jobs of the controllers'
     template (pods follow, through the Job controller and kwok) are the fair reference, bare of
-    what each controller adds (bench/jobshape.py measures what ours costs); suspended ones, with
-    no pods, show what the API server alone can take. The client's CPU is set beside the
-    operator's: on this machine every core-second either spends is one the control plane does
-    not get."""
+    what each controller adds; suspended ones, with no pods, show what the API server alone can
+    take. With `ours`, the Jobs the operator builds from that template instead (hack/
+    operator_jobs.py): what its burst would take were the operator free, so that the burst's
+    ratio to it is what the operator itself adds. The client's CPU is set beside the operator's:
+    on this machine every core-second either spends is one the control plane does not get."""
     namespace = f"bench-raw-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
-    template = job_template(f"{run_id}-raw")
-    template["spec"]["suspend"] = suspended
-    name = f"raw{'-suspended' if suspended else ''}-{n}"
+    label = f"{run_id}-raw"  # not this run's: the watcher leaves them out
+    if ours:
+        jobs = await operator_jobs(api, scheduled("ScheduledJob", "owner", namespace, label), n)
+    else:
+        template = job_template(label)
+        jobs = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": f"raw-{i:05d}",
+                    "namespace": namespace,
+                    **template["metadata"],
+                },
+                "spec": dict(template["spec"]),
+            }
+            for i in range(n)
+        ]
+    for job in jobs:
+        job["spec"]["suspend"] = suspended
+    name = f"raw{'-ours' if ours else ''}{'-suspended' if suspended else ''}-{n}"
     profiling = asyncio.create_task(profile_from(profiler, name, time.time(), operator=False))
     started, cpu = time.perf_counter(), time.process_time()
-    await gather_bounded(
-        (
-            api.create_job(
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "metadata": {
-                        "name": f"raw-{i:05d}",
-                        "namespace": namespace,
-                        **template["metadata"],
-                    },
-                    "spec": template["spec"],
-                }
-            )
-            for i in range(n)
-        ),
-        CREATE_CONCURRENCY,
-    )
+    await gather_bounded((api.create_job(job) for job in jobs), CREATE_CONCURRENCY)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     await profiling
     await delete_namespaces(api, [namespace])
@@ -537,16 +589,18 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Machine: {results['machine']}; "
         f"{results.get('controller_manager', 'kube-controller-manager: its rate not recorded')}. "
-        "Every minute, N objects due at the same instant; "
+        "N objects due at the same instant, once a minute; "
         f"{results['slots']} measured slot(s) per controller and N. Lag = Job ADDED event at an "
         "outside watcher - slot.",
         "",
         "Raw create: a plain client creating the same N Jobs at once (64 in flight, as the "
         "operator), before both controllers and after them, at the mean of the two times; "
         "burst = slot to the last Job of our first slot. Suspended: Jobs with no pods, "
-        "the API server alone. Before the slot: the 8 s before the first measured slot, once the "
-        "operator has written every ScheduledJob's first status (at N=5000 the unmeasured slots "
-        "of the minutes before may still be at work). At rest after: once the measured slots "
+        "the API server alone. The objects are created with a schedule that does not fire, "
+        "then given one that fires at the measured slots alone, so no earlier slot's work runs "
+        "into them. Before the slot: the 8 s before the first measured slot, once the "
+        "operator has written every ScheduledJob's status for that schedule. "
+        "At rest after: once the measured slots "
         "are over, the ScheduledJobs are suspended, and the RSS is the mean over the first 8 s "
         "in which the operator used under 5% of a core, with every ScheduledJob and its Jobs "
         "still in its model (the target's reading); settled: the mean over 8 s, 30 s later, "
@@ -619,6 +673,34 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     lines += [
         "",
+        "The raw create of our own Jobs: the same client creating the Jobs the operator builds "
+        "(hack/operator_jobs.py), also before both controllers and after them. What the burst "
+        "takes beyond it is what the operator adds; what it takes beyond the bare Jobs is "
+        "what the operator's Job costs the control plane (bench/results/jobshape.md).",
+        "",
+        "| N | raw create of the bare Jobs s | of our Jobs s | ours / bare | our burst s "
+        "| burst / raw of our Jobs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n, entry in results["by_n"].items():
+        if "raw_ours_jobs_per_s" not in entry:
+            continue  # a run from before this reference
+        bare, own = int(n) / entry["raw_jobs_per_s"], int(n) / entry["raw_ours_jobs_per_s"]
+        burst = entry["cronlease"]["burst_seconds"]
+        lines.append(
+            _row(
+                [
+                    n,
+                    f"{bare:.2f}",
+                    f"{own:.2f}",
+                    f"{own / bare:.2f}",
+                    f"{burst:.2f}",
+                    f"{burst / own:.2f}",
+                ]
+            )
+        )
+    lines += [
+        "",
         f"Operator baseline RSS with no ScheduledJobs: {results['baseline_rss_mb']:.0f} MB.",
         "",
     ]
@@ -661,9 +743,15 @@ def targets(results: dict[str, Any]) -> list[str]:
         limit = BURST_LIMITS.get(int(n), 1.1)
         raw = int(n) / entry["raw_jobs_per_s"]
         burst = entry["cronlease"]["burst_seconds"]
+        own = (
+            f" ({burst / (int(n) / entry['raw_ours_jobs_per_s']):.2f} x the raw create of our "
+            "own Jobs)"
+            if "raw_ours_jobs_per_s" in entry
+            else ""
+        )
         verdicts.append(
             f"burst <= {limit} x raw create at N={n}: {burst:.2f} s vs {limit * raw:.2f} s, "
-            f"{_verdict(burst <= limit * raw)}"
+            f"{_verdict(burst <= limit * raw)}{own}"
         )
     for n, entry in results["by_n"].items():
         ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
@@ -801,16 +889,21 @@ async def measure(
             # The raw create, once before both controllers and once after: a single one
             # varied from 296 to 562 Jobs/s between runs at N=1000; the ratios use the mean time.
             raws = [await raw_create(api, n, run_id, suspended=False, profiler=profiler)]
+            raws_ours = [await raw_create(api, n, run_id, suspended=False, ours=True)]
             for controller in ("cronlease", "cronjob"):
                 phase = await run_phase(
                     api, watcher, controller, n, args.slots, run_id, sampler, profiler
                 )
                 phases.append(phase)
                 entry[controller] = phase.summary()
+            raws_ours.append(await raw_create(api, n, run_id, suspended=False, ours=True))
             raws.append(await raw_create(api, n, run_id, suspended=False))
             raw_rates = [raw.jobs_per_s for raw in raws]
             entry["raw_jobs_per_s_each"] = raw_rates
             entry["raw_jobs_per_s"] = n / statistics.fmean(n / rate for rate in raw_rates)
+            ours_rates = [raw.jobs_per_s for raw in raws_ours]
+            entry["raw_ours_jobs_per_s_each"] = ours_rates
+            entry["raw_ours_jobs_per_s"] = n / statistics.fmean(n / rate for rate in ours_rates)
             entry["raw_client_cpu_ms_per_job"] = (
                 statistics.fmean(raw.client_cpu_s for raw in raws) / n * 1000
             )
@@ -818,7 +911,8 @@ async def measure(
             entry["raw_suspended_jobs_per_s"] = suspended.jobs_per_s
             print(
                 f"  raw create: {' and '.join(f'{rate:.0f}' for rate in raw_rates)} Jobs/s "
-                f"(mean time: {entry['raw_jobs_per_s']:.0f}), suspended (no pods) "
+                f"(mean time: {entry['raw_jobs_per_s']:.0f}); of our Jobs "
+                f"{' and '.join(f'{rate:.0f}' for rate in ours_rates)}; suspended (no pods) "
                 f"{entry['raw_suspended_jobs_per_s']:.0f} Jobs/s",
                 flush=True,
             )

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
 import time
 import uuid
@@ -32,7 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 from bench import (
     CREATE_CONCURRENCY,
     TICK,
@@ -44,13 +42,10 @@ from bench import (
     scheduled,
 )
 
-from cronlease.decision import PlannedRun, ScheduledJobView
-from cronlease.jobtemplate import build_job
 from cronlease.kube import KubeApi, connect, resource_path
-from cronlease.naming import FINALIZER_SLOT_RECORD
-from cronlease.runenv import CONTAINER_LISTS
 from devcluster import ensure_cluster
 from devcluster.replica import REPO
+from operator_jobs import operator_jobs
 
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kwok")
 POLICY_BINDINGS = ("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings")
@@ -60,8 +55,6 @@ SHAPES = ("plain", "cronlease", "cronlease-literal", "cronlease-metadata")
 # CPU is counted from the first create to this long after the last: kube-controller-manager
 # creates pods at its default 20 requests a second, so their whole life is not this measure.
 AFTERMATH = 2.0
-ANNOTATION_PATH = "metadata.annotations['"  # a downward-API variable's fieldPath, up to the key
-UNFENCED = re.compile(r"([\"'])cronlease\.io/")  # a key of ours, not kwok.cronlease.io's
 
 
 def control_plane_cpu() -> dict[str, float]:
@@ -90,38 +83,6 @@ def plain_job(namespace: str, index: int, run_id: str) -> dict[str, Any]:
     }
 
 
-def operator_job(owner: dict[str, Any], index: int, literal: bool) -> dict[str, Any]:
-    """The operator's Job for a slot of `owner`, as build_job makes it, under a unique name."""
-    view = ScheduledJobView.from_object(owner)
-    slot = datetime(2026, 12, 1, tzinfo=UTC)
-    job = build_job(view, PlannedRun(f"j-{index:05d}", slot, "Schedule"), "jobshape", 1)
-    job["metadata"]["finalizers"] = [
-        name for name in job["metadata"].get("finalizers", []) if name != FINALIZER_SLOT_RECORD
-    ]
-    # The fence lets only the operator's ServiceAccount write cronlease.io keys; an admin writes
-    # keys of the same length in another group, so the Job keeps its size and structure.
-    job = orjson.loads(UNFENCED.sub(r"\1cronshape.io/", orjson.dumps(job).decode()))
-    if literal:
-        pod = job["spec"]["template"]
-        annotations = pod["metadata"]["annotations"]
-        for list_name in CONTAINER_LISTS:
-            for container in pod["spec"].get(list_name, []):
-                container["env"] = [
-                    _literal(variable, annotations) for variable in container["env"]
-                ]
-    return job
-
-
-def _literal(variable: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
-    path = ((variable.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
-    if not path.startswith("metadata.annotations['"):
-        return variable
-    return {
-        "name": variable["name"],
-        "value": annotations[path[len("metadata.annotations['") : -2]],
-    }
-
-
 async def one_round(api: KubeApi, shape: str, n: int, run_id: str) -> dict[str, float]:
     namespace = f"jobshape-{shape}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
@@ -129,27 +90,11 @@ async def one_round(api: KubeApi, shape: str, n: int, run_id: str) -> dict[str, 
     if shape == "plain":
         jobs = [plain_job(namespace, i, run_id) for i in range(n)]
     else:
-        # The Jobs are owned by a ConfigMap (any owner will do for the garbage collector: no
-        # ScheduledJob, whose operator is not running here), built from the bench's spec.
         owner = scheduled("ScheduledJob", "owner", namespace, run_id)
-        configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}}
-        stored = await api.request(
-            "POST", resource_path(("v1", "configmaps"), namespace), configmap
-        )
-        owner["metadata"].update(
-            uid=stored["metadata"]["uid"],
-            creationTimestamp=stored["metadata"]["creationTimestamp"],
-            generation=1,
-            resourceVersion=stored["metadata"]["resourceVersion"],
-        )
-        jobs = [operator_job(owner, i, shape == "cronlease-literal") for i in range(n)]
+        jobs = await operator_jobs(api, owner, n, literal=shape == "cronlease-literal")
         if shape == "cronlease-metadata":  # ours on the Job only: the pods as the template's
             for job in jobs:
                 job["spec"] = job_template(run_id)["spec"]
-        for job in jobs:
-            job["metadata"]["ownerReferences"][0].update(
-                apiVersion="v1", kind="ConfigMap", name="owner"
-            )
     size = statistics.fmean(len(json.dumps(job)) for job in jobs)
     cpu_before, started = control_plane_cpu(), time.perf_counter()
     await gather_bounded((api.create_job(job) for job in jobs), CREATE_CONCURRENCY)
