@@ -13,6 +13,12 @@ giving the namespace up to three minutes to go before the next begins. RSS and C
 
     make bench                      # N = 100, 1000, 5000
     python bench/bench.py --n 100 --slots 1
+    python bench/bench.py --n 100 1000 --pin --out bench/results/pinned
+
+With --pin, the control plane keeps to the first core and the bench (its raw client and its
+watcher) and the operator to the second, as separate nodes would keep them in a real cluster:
+the operator's CPU then no longer comes out of the API server's. kube-controller-manager, and
+so CronJob's controller, is the control plane's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import cpu_pinning
 from burst_profiles import DEFAULT_SECONDS, Profiler
 from cronlease.kube import (
     JOBS,
@@ -83,7 +90,9 @@ class Phase:
     lags: list[float] = field(default_factory=list)
     expected: int = 0
     missing: int = 0
-    burst_seconds: float = 0.0  # slot to the last Job of the burst (the first slot)
+    # Each measured slot's burst, from the slot to its last Job; None if some never came.
+    bursts: list[float | None] = field(default_factory=list)
+    burst_seconds: float | None = None  # their mean, as the raw create's two runs: None if one is
     rest_rss_mb: float = 0.0
     peak_rss_mb: float = 0.0
     after_rss_mb: float = float("nan")  # at rest after the bursts (rest_after_bursts)
@@ -115,6 +124,7 @@ class Phase:
             "p90": self.percentile(0.90),
             "p99": self.percentile(0.99),
             "max": self.percentile(1.0),
+            "bursts": self.bursts,
             "burst_seconds": self.burst_seconds,
             "rest_rss_mb": self.rest_rss_mb,
             "peak_rss_mb": self.peak_rss_mb,
@@ -193,13 +203,14 @@ class CostSampler:
 
 
 class JobWatcher:
-    """Records when each Job's ADDED event arrives, for Jobs carrying this run's label, and which
-    Jobs exist and have finished."""
+    """Records when each Job's ADDED event arrives, for Jobs carrying this run's label or its raw
+    creates' (raw_create), and which Jobs exist and have finished."""
 
     def __init__(self, api: KubeApi, run_id: str) -> None:
         self.arrivals: dict[str, tuple[float, datetime | None]] = {}  # uid -> (arrival, slot)
         self.present: dict[str, tuple[str, bool]] = {}  # uid -> (namespace, finished)
-        query = [("labelSelector", f"{RUN_LABEL}={run_id}")]
+        self.seen: dict[str, tuple[int, float]] = {}  # namespace -> (arrivals, the last one)
+        query = [("labelSelector", f"{RUN_LABEL} in ({run_id},{raw_label(run_id)})")]
         self._watch = ListWatch(api, resource_path(JOBS), self, query, server_timeout=600)
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -237,7 +248,11 @@ class JobWatcher:
             return
         annotations = metadata.get("annotations") or {}
         slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT) or annotations.get(CRONJOB_SLOT))
-        self.arrivals.setdefault(obj["metadata"]["uid"], (time.time(), slot))
+        if metadata["uid"] not in self.arrivals:
+            now = time.time()
+            self.arrivals[metadata["uid"]] = (now, slot)
+            count, _ = self.seen.get(metadata.get("namespace", ""), (0, now))
+            self.seen[metadata.get("namespace", "")] = (count + 1, now)
 
     def failed(self, error: Exception) -> None:
         pass
@@ -247,6 +262,15 @@ class JobWatcher:
         (every controller's model holds those too)."""
         states = [finished for ns, finished in self.present.values() if ns == namespace]
         return len(states), states.count(False)
+
+    async def all_seen(self, namespace: str, n: int, limit: float = 60.0) -> float:
+        """When the last of the `n` Jobs created in `namespace` arrived."""
+        deadline = time.monotonic() + limit
+        while (seen := self.seen.get(namespace, (0, 0.0)))[0] < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the watcher saw {seen[0]} of the {n} Jobs in {namespace}")
+            await asyncio.sleep(0.05)  # the arrivals are stamped by the watch, not by this poll
+        return seen[1]
 
     def lags_for(self, slots: Iterable[datetime]) -> list[tuple[datetime, float, float]]:
         wanted = set(slots)
@@ -268,6 +292,11 @@ async def gather_bounded(calls: Iterable[Awaitable[Any]], limit: int) -> list[An
             return await call
 
     return await asyncio.gather(*(one(c) for c in calls))
+
+
+def raw_label(run_id: str) -> str:
+    """The run label of the raw creates' Jobs: seen by the watcher, never due at a slot."""
+    return f"{run_id}-raw"
 
 
 def job_template(run_id: str) -> dict[str, Any]:
@@ -426,15 +455,19 @@ async def run_phase(
     found = watcher.lags_for(measured)
     phase.lags = [lag for _, _, lag in found]
     phase.missing = n * slots - len(found)
-    first_burst = [arrived for slot, arrived, _ in found if slot == measured[0]]
-    phase.burst_seconds = max(first_burst, default=float("nan")) - measured[0].timestamp()
+    phase.bursts = [burst_of(found, slot, n) for slot in measured]
+    if None not in phase.bursts:
+        phase.burst_seconds = statistics.fmean(b for b in phase.bursts if b is not None)
+    # The costs are the first slot's, to its last Job (of those that came)
+    first_last = max((arrived for slot, arrived, _ in found if slot == first), default=math.nan)
+    first_burst = first_last - first.timestamp()
     rest = sampler.window(first.timestamp() - 0.5 - REST_WINDOW, first.timestamp() - 0.5)
-    burst = sampler.window(first.timestamp(), first.timestamp() + max(phase.burst_seconds, 0) + 3)
+    burst = sampler.window(first.timestamp(), first.timestamp() + max(first_burst, 0) + 3)
     phase.rest_rss_mb, phase.rest_cpu_s_per_min = rest[0], rest[2]
     phase.peak_rss_mb, phase.burst_cpu_s_per_min = burst[1], burst[2]
     await profiling
     if controller == "cronlease":  # the sampler follows the operator: CronJob's CPU is not in it
-        burst_cpu = sampler.cpu_between(first.timestamp(), first.timestamp() + phase.burst_seconds)
+        burst_cpu = sampler.cpu_between(first.timestamp(), first_last)
         phase.burst_cpu_ms_per_job = burst_cpu / n * 1000
         phase.after_rss_mb, phase.after_quiet_s = await rest_after_bursts(api, path, names, sampler)
         phase.after_jobs, phase.after_unfinished = watcher.jobs_in(namespace)
@@ -450,11 +483,18 @@ async def run_phase(
         f"  {controller}: N={n} p50={_lag(phase.percentile(0.5))} "
         f"p99={_lag(phase.percentile(0.99))} "
         f"max={max(phase.lags, default=float('nan')):.3f} missing={phase.missing} "
-        f"burst={phase.burst_seconds:.2f} s",
+        f"bursts={', '.join(_lag(b) for b in phase.bursts)} s",
         flush=True,
     )
     await delete_namespaces(api, [namespace])
     return phase
+
+
+def burst_of(found: list[tuple[datetime, float, float]], slot: datetime, n: int) -> float | None:
+    """From `slot` to the arrival of its last Job, of the (slot, arrival, lag) `found`; None if
+    fewer than `n` came: a burst that never ended within the window."""
+    arrivals = [arrived for at, arrived, _ in found if at == slot]
+    return max(arrivals) - slot.timestamp() if len(arrivals) >= n else None
 
 
 async def rest_after_bursts(
@@ -529,12 +569,14 @@ async def wait_settled(api: KubeApi, path: str, n: int, next_slot: datetime | No
 
 @dataclass(frozen=True)
 class RawCreate:
-    jobs_per_s: float
+    jobs_per_s: float  # to the last Job's arrival at the outside watcher, as a burst is timed
+    answered_jobs_per_s: float  # to the last create's response
     client_cpu_s: float  # the bench process's CPU meanwhile: the client, and its Job watch
 
 
 async def raw_create(
     api: KubeApi,
+    watcher: JobWatcher,
     n: int,
     run_id: str,
     suspended: bool,
@@ -546,11 +588,13 @@ async def raw_create(
     what each controller adds; suspended ones, with no pods, show what the API server alone can
     take. With `ours`, the Jobs the operator builds from that template instead (hack/
     operator_jobs.py): what its burst would take were the operator free, so that the burst's
-    ratio to it is what the operator itself adds. The client's CPU is set beside the operator's:
-    on this machine every core-second either spends is one the control plane does not get."""
+    ratio to it is what the operator itself adds. Timed as a burst is: from the first request to
+    the last Job's ADDED event at the same outside watcher. The client's CPU is set beside the
+    operator's: on this machine every core-second either spends is one the control plane does
+    not get."""
     namespace = f"bench-raw-{n}-{uuid.uuid4().hex[:5]}"
     await create_namespace(api, namespace)
-    label = f"{run_id}-raw"  # not this run's: the watcher leaves them out
+    label = raw_label(run_id)
     if ours:
         jobs = await operator_jobs(api, scheduled("ScheduledJob", "owner", namespace, label), n)
     else:
@@ -572,12 +616,13 @@ async def raw_create(
         job["spec"]["suspend"] = suspended
     name = f"raw{'-ours' if ours else ''}{'-suspended' if suspended else ''}-{n}"
     profiling = asyncio.create_task(profile_from(profiler, name, time.time(), operator=False))
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu = time.time(), time.process_time()
     await gather_bounded((api.create_job(job) for job in jobs), CREATE_CONCURRENCY)
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    answered, cpu = time.time() - started, time.process_time() - cpu
+    seen = await watcher.all_seen(namespace, n) - started
     await profiling
     await delete_namespaces(api, [namespace])
-    return RawCreate(n / elapsed, cpu)
+    return RawCreate(n / seen, n / answered, cpu)
 
 
 # Reporting
@@ -594,8 +639,10 @@ def markdown(results: dict[str, Any]) -> str:
         "outside watcher - slot.",
         "",
         "Raw create: a plain client creating the same N Jobs at once (64 in flight, as the "
-        "operator), before both controllers and after them, at the mean of the two times; "
-        "burst = slot to the last Job of our first slot. Suspended: Jobs with no pods, "
+        "operator), before both controllers and after them, at the mean of the two times, "
+        "each from its first request to its last Job's ADDED event at the outside watcher; "
+        "burst = slot to the last Job of that slot at the same watcher, at the mean over the "
+        "measured slots. Suspended: Jobs with no pods, "
         "the API server alone. The objects are created with a schedule that does not fire, "
         "then given one that fires at the measured slots alone, so no earlier slot's work runs "
         "into them. Before the slot: the 8 s before the first measured slot, once the "
@@ -626,7 +673,8 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(_row(cells))
     lines += [
         "",
-        "| N | raw create Jobs/s | raw time s | our burst s | burst / raw | raw suspended Jobs/s "
+        "| N | raw create Jobs/s | raw time s | our burst s (each slot's) | burst / raw "
+        "| raw suspended Jobs/s "
         "| operator RSS MB before the slot | peak RSS MB | RSS MB at rest after (settled) | "
         "Jobs at rest after (unfinished) | rest RSS per ScheduledJob | CPU s/min before the slot "
         "| CPU s/min burst |",
@@ -640,8 +688,8 @@ def markdown(results: dict[str, Any]) -> str:
             n,
             f"{entry['raw_jobs_per_s']:.0f}",
             f"{raw_time:.2f}",
-            f"{ours['burst_seconds']:.2f}",
-            f"{ours['burst_seconds'] / raw_time:.2f}",
+            f"{_lag(ours['burst_seconds'], 2)} ({_bursts(ours)})",
+            _ratio(ours["burst_seconds"], raw_time),
             f"{entry.get('raw_suspended_jobs_per_s', float('nan')):.0f}",
             f"{ours['rest_rss_mb']:.0f}",
             f"{ours['peak_rss_mb']:.0f}",
@@ -656,7 +704,11 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "CPU per Job: the operator's from the slot to the last Job of its first burst, and the "
         "raw create's client's (the bench process, its Job watch included) over its create. "
-        "The control plane shares the machine's cores with both.",
+        + (
+            "The control plane has a core of its own, and they share the other."
+            if results.get("pinned")
+            else "The control plane shares the machine's cores with both."
+        ),
         "",
         "| N | operator CPU ms per Job in its burst | raw client CPU ms per Job |",
         "|---|---|---|",
@@ -687,18 +739,8 @@ def markdown(results: dict[str, Any]) -> str:
             continue  # a run from before this reference
         bare, own = int(n) / entry["raw_jobs_per_s"], int(n) / entry["raw_ours_jobs_per_s"]
         burst = entry["cronlease"]["burst_seconds"]
-        lines.append(
-            _row(
-                [
-                    n,
-                    f"{bare:.2f}",
-                    f"{own:.2f}",
-                    f"{own / bare:.2f}",
-                    f"{burst:.2f}",
-                    f"{burst / own:.2f}",
-                ]
-            )
-        )
+        cells = [n, f"{bare:.2f}", f"{own:.2f}", f"{own / bare:.2f}", _lag(burst, 2)]
+        lines.append(_row([*cells, _ratio(burst, own)]))
     lines += [
         "",
         f"Operator baseline RSS with no ScheduledJobs: {results['baseline_rss_mb']:.0f} MB.",
@@ -716,8 +758,12 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def _lag(value: float | None) -> str:
-    return "missed" if value is None else f"{value:.3f}"
+def _lag(value: float | None, digits: int = 3) -> str:
+    return "missed" if value is None else f"{value:.{digits}f}"
+
+
+def _bursts(ours: dict[str, Any]) -> str:
+    return ", ".join(_lag(burst, 2) for burst in ours.get("bursts", []))
 
 
 def _ratio(ours: float | None, theirs: float | None) -> str:
@@ -742,16 +788,18 @@ def targets(results: dict[str, Any]) -> list[str]:
     for n, entry in results["by_n"].items():
         limit = BURST_LIMITS.get(int(n), 1.1)
         raw = int(n) / entry["raw_jobs_per_s"]
-        burst = entry["cronlease"]["burst_seconds"]
+        row = entry["cronlease"]
+        burst = row["burst_seconds"]
         own = (
-            f" ({burst / (int(n) / entry['raw_ours_jobs_per_s']):.2f} x the raw create of our "
-            "own Jobs)"
-            if "raw_ours_jobs_per_s" in entry
+            f"; {burst / (int(n) / entry['raw_ours_jobs_per_s']):.2f} x the raw create of our "
+            "own Jobs"
+            if "raw_ours_jobs_per_s" in entry and burst is not None
             else ""
         )
         verdicts.append(
-            f"burst <= {limit} x raw create at N={n}: {burst:.2f} s vs {limit * raw:.2f} s, "
-            f"{_verdict(burst <= limit * raw)}{own}"
+            f"burst <= {limit} x raw create at N={n}: {_lag(burst, 2)} s vs {limit * raw:.2f} s, "
+            f"{_verdict(burst is not None and burst <= limit * raw)} "
+            f"(each slot: {_bursts(row)}{own})"
         )
     for n, entry in results["by_n"].items():
         ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
@@ -818,6 +866,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     cluster = None if args.kubeconfig else ensure_cluster()
     kubeconfig = Path(args.kubeconfig) if cluster is None else cluster.kubeconfig
     controller_manager = controller_manager_rate(cluster.commands if cluster else {})
+    machine = f"{os.cpu_count()} cores"
+    if args.pin:
+        if cluster is None:
+            raise SystemExit("--pin needs the local cluster, not --kubeconfig")
+        control_plane, client = cpu_pinning.split(os.cpu_count() or 1)
+        for pid in cluster.pids.values():
+            cpu_pinning.pin(pid, control_plane)
+        cpu_pinning.pin(os.getpid(), client)  # the operator, started below, inherits it
+        machine += (
+            f", the control plane pinned to CPU {','.join(map(str, sorted(control_plane)))}, "
+            f"the operator and the bench's client to CPU {','.join(map(str, sorted(client)))}"
+        )
     install_chart(kubeconfig)
     os.environ["KUBECONFIG"] = str(kubeconfig)
     api = connect(CREATE_CONCURRENCY)
@@ -833,10 +893,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     )
     operator.start()
     try:
-        return await measure(args, api, operator, controller_manager)
+        return await measure(args, api, operator, controller_manager, machine)
     finally:
         operator.stop()  # also when the run fails: an orphan would keep the Lease
         await api.close()
+        if args.pin and cluster is not None:  # the cluster outlives the bench: give it back
+            every = set(range(os.cpu_count() or 1))
+            for pid in cluster.pids.values():
+                cpu_pinning.pin(pid, every)
 
 
 def controller_manager_rate(commands: dict[str, list[str]]) -> str:
@@ -852,9 +916,14 @@ def controller_manager_rate(commands: dict[str, list[str]]) -> str:
 
 
 async def measure(
-    args: argparse.Namespace, api: KubeApi, operator: OperatorProcess, controller_manager: str
+    args: argparse.Namespace,
+    api: KubeApi,
+    operator: OperatorProcess,
+    controller_manager: str,
+    machine: str,
 ) -> dict[str, Any]:
-    """`controller_manager` names kube-controller-manager's client rate in the report."""
+    """`controller_manager` names kube-controller-manager's client rate in the report, and
+    `machine` the cores and how they were shared."""
     deadline = time.monotonic() + 60
     while "model seeded" not in operator.log():  # leading, with its model filled: ready to act
         if time.monotonic() > deadline:
@@ -869,7 +938,8 @@ async def measure(
     baseline = statistics.fmean(s[1] for s in sampler.samples[-3:])
     results: dict[str, Any] = {
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} cores",
+        "machine": machine,
+        "pinned": args.pin,
         "controller_manager": controller_manager,
         "baseline_rss_mb": baseline,
         "slots": args.slots,
@@ -888,18 +958,19 @@ async def measure(
             )
             # The raw create, once before both controllers and once after: a single one
             # varied from 296 to 562 Jobs/s between runs at N=1000; the ratios use the mean time.
-            raws = [await raw_create(api, n, run_id, suspended=False, profiler=profiler)]
-            raws_ours = [await raw_create(api, n, run_id, suspended=False, ours=True)]
+            raws = [await raw_create(api, watcher, n, run_id, suspended=False, profiler=profiler)]
+            raws_ours = [await raw_create(api, watcher, n, run_id, suspended=False, ours=True)]
             for controller in ("cronlease", "cronjob"):
                 phase = await run_phase(
                     api, watcher, controller, n, args.slots, run_id, sampler, profiler
                 )
                 phases.append(phase)
                 entry[controller] = phase.summary()
-            raws_ours.append(await raw_create(api, n, run_id, suspended=False, ours=True))
-            raws.append(await raw_create(api, n, run_id, suspended=False))
+            raws_ours.append(await raw_create(api, watcher, n, run_id, suspended=False, ours=True))
+            raws.append(await raw_create(api, watcher, n, run_id, suspended=False))
             raw_rates = [raw.jobs_per_s for raw in raws]
             entry["raw_jobs_per_s_each"] = raw_rates
+            entry["raw_answered_jobs_per_s_each"] = [raw.answered_jobs_per_s for raw in raws]
             entry["raw_jobs_per_s"] = n / statistics.fmean(n / rate for rate in raw_rates)
             ours_rates = [raw.jobs_per_s for raw in raws_ours]
             entry["raw_ours_jobs_per_s_each"] = ours_rates
@@ -907,7 +978,7 @@ async def measure(
             entry["raw_client_cpu_ms_per_job"] = (
                 statistics.fmean(raw.client_cpu_s for raw in raws) / n * 1000
             )
-            suspended = await raw_create(api, n, run_id, suspended=True)
+            suspended = await raw_create(api, watcher, n, run_id, suspended=True)
             entry["raw_suspended_jobs_per_s"] = suspended.jobs_per_s
             print(
                 f"  raw create: {' and '.join(f'{rate:.0f}' for rate in raw_rates)} Jobs/s "
@@ -966,6 +1037,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--kubeconfig", help="an admin kubeconfig (default: start the local cluster)"
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the control plane on the first core, the operator and the bench's client on the "
+        "last (hack/cpu_pinning.py), for the whole run",
     )
     asyncio.run(main_async(parser.parse_args()))
 

@@ -44,11 +44,15 @@ def test_the_targets_are_issue_19s() -> None:
     before may still be at work)."""
     module = bench()
 
-    def entry(burst: float, p99: float | None, theirs: float | None) -> dict[str, object]:
+    def entry(
+        bursts: list[float | None], p99: float | None, theirs: float | None
+    ) -> dict[str, object]:
+        ended = [burst for burst in bursts if burst is not None]
         return {
             "raw_jobs_per_s": 1000.0,  # N Jobs in N/1000 s
             "cronlease": {
-                "burst_seconds": burst,
+                "bursts": bursts,
+                "burst_seconds": sum(ended) / len(ended) if len(ended) == len(bursts) else None,
                 "p99": p99,
                 "rest_rss_mb": 130,
                 "after_rss_mb": 99,
@@ -63,22 +67,36 @@ def test_the_targets_are_issue_19s() -> None:
     verdicts = module.targets(
         {
             "by_n": {
-                "1000": entry(1.05, 2.0, None),  # 1.05 x raw: met; CronJob missed: ours met
-                "5000": entry(7.6, None, None)  # 1.52 x raw: missed; ours missed too
+                # a mean of 1.05 x raw: met, though one slot was over; CronJob missed: ours met
+                "1000": entry([0.9, 1.2], 2.0, None),
+                "5000": entry([7.6], None, None)  # 1.52 x raw: missed; ours missed too
                 | {"raw_ours_jobs_per_s": 800.0},  # 1.22 x the raw create of our own Jobs
+                "100": entry([0.05, None], 0.1, 0.2),  # a slot that never ended: missed
             }
         }
     )
     assert verdicts == [
-        "burst <= 1.1 x raw create at N=1000: 1.05 s vs 1.10 s, met",
+        "burst <= 1.1 x raw create at N=1000: 1.05 s vs 1.10 s, met (each slot: 0.90, 1.20)",
         "burst <= 1.5 x raw create at N=5000: 7.60 s vs 7.50 s, MISSED "
-        "(1.22 x the raw create of our own Jobs)",
+        "(each slot: 7.60; 1.22 x the raw create of our own Jobs)",
+        "burst <= 1.1 x raw create at N=100: missed s vs 0.11 s, MISSED (each slot: 0.05, missed)",
         "p99 <= CronJob's at N=1000: 2.000 vs missed s, met",
         "p99 <= CronJob's at N=5000: missed vs missed s, MISSED",
+        "p99 <= CronJob's at N=100: 0.100 vs 0.200 s, met",
         "RSS <= 100 MB at rest after the bursts at N=5000: 99 MB, met "
         "(95 MB settled, 30 s later; peak 120 MB; 130 MB before the first measured slot; "
         "7000 Jobs in the namespace, 2000 of them not finished by the job controller)",
     ]
+
+
+def test_a_slots_burst_ends_with_its_last_job_or_never() -> None:
+    module = bench()
+    first, second = (datetime(2026, 12, 4, 1, minute, tzinfo=UTC) for minute in (0, 1))
+    at = first.timestamp()
+    found = [(first, at + 0.2, 0.2), (second, at + 60.1, 0.1), (first, at + 0.5, 0.5)]
+    assert module.burst_of(found, first, 2) == pytest.approx(0.5)
+    assert module.burst_of(found, second, 1) == pytest.approx(0.1)
+    assert module.burst_of(found, second, 2) is None  # one of its two Jobs never came
 
 
 def test_the_watcher_counts_a_namespaces_jobs_and_the_unfinished_among_them() -> None:
@@ -99,6 +117,23 @@ def test_the_watcher_counts_a_namespaces_jobs_and_the_unfinished_among_them() ->
     watcher.changed("DELETED", job("c", "ours"))
     assert watcher.jobs_in("ours") == (2, 1)
     assert watcher.jobs_in("theirs") == (1, 1)
+
+
+async def test_a_raw_create_ends_when_the_watcher_has_seen_its_last_job() -> None:
+    """Timed as a burst is: to the last Job's first ADDED event, each Job counted once (a
+    relisting after a 410 delivers it again), other namespaces' Jobs apart."""
+    watcher = bench().JobWatcher(None, "run")
+
+    def job(uid: str, namespace: str) -> dict[str, object]:
+        return {"metadata": {"uid": uid, "namespace": namespace}}
+
+    watcher.changed("ADDED", job("a", "raw"))
+    watcher.changed("ADDED", job("x", "other"))
+    watcher.changed("ADDED", job("b", "raw"))
+    watcher.listed_item(job("a", "raw"))
+    assert await watcher.all_seen("raw", 2) == watcher.arrivals["b"][0]
+    with pytest.raises(RuntimeError, match="saw 2 of the 3 Jobs in raw"):
+        await watcher.all_seen("raw", 3, limit=0.0)
 
 
 def test_the_report_names_the_controller_managers_rate() -> None:
