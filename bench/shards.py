@@ -2,10 +2,12 @@
 
 A simulation (hack/shard_model.py) fed with what was measured: each slot's decision time is the
 pure core's own (`decide` and building the Job, timed here slot by slot), the rest of the
-leader's cost per created Job comes from the bench's burst (2.2 ms of CPU in all, design note
-95), and the API server's create rate per control-plane core from the raw creates on this
-2-core machine (210 to 680 Jobs/s, bench/results/latest.md and steps-cost.md), scaled with
-the cores (an assumption no single machine here can check). docs/scaling.md reads the result.
+leader's cost per created Job comes from the bench's burst with the operator on a core of its
+own (0.94 ms of CPU in all at N=1000, `--pin`, design note 106; 2.2 ms sharing the machine's
+cores before note 105), and the API server's create rate per control-plane core from the raw
+creates on this 2-core machine (210 to 680 Jobs/s, bench/results/latest.md and
+steps-cost.md), scaled with the cores (an assumption no single machine here can check).
+docs/scaling.md reads the result.
 
     make bench-shards
     python bench/shards.py --cores 2 4 8 32 --shards 1 2 4 8 16
@@ -60,7 +62,7 @@ def table(rows: list[dict[str, Any]], shards: list[int], key: str, form: str) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job-cost-ms", type=float, default=2.2, help="leader CPU per Job")
+    parser.add_argument("--job-cost-ms", type=float, default=0.94, help="leader CPU per Job")
     parser.add_argument(
         "--rate-per-core",
         type=float,
@@ -110,7 +112,8 @@ def main() -> None:
         f"on its own core: the pure core's time per slot, measured here (mean "
         f"{mean_decide * 1e6:.0f} µs, p99 {percentile(times, 0.99) * 1e6:.0f} µs), plus "
         f"{leader.overhead * 1000:.2f} ms, the rest of the {args.job_cost_ms} ms of CPU per "
-        f"created Job measured in the bench's burst; {leader.in_flight} creates in flight. The "
+        f"created Job measured in the bench's burst with a core of its own (`--pin`); "
+        f"{leader.in_flight} creates in flight. The "
         "API server creates Jobs first come, first served at the rate per control-plane core "
         f"measured on this machine ({args.rate_per_core[0]:.0f} to "
         f"{args.rate_per_core[1]:.0f} a core), times K. {args.per_namespace} ScheduledJobs a "
