@@ -214,6 +214,7 @@ class JobWatcher:
         self._watch = ListWatch(api, resource_path(JOBS), self, query, server_timeout=600)
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._arrived = asyncio.Event()  # set by each arrival, for all_seen()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._watch.run())
@@ -249,10 +250,10 @@ class JobWatcher:
         annotations = metadata.get("annotations") or {}
         slot = parse_time(annotations.get(ANNOTATION_SCHEDULED_AT) or annotations.get(CRONJOB_SLOT))
         if metadata["uid"] not in self.arrivals:
-            now = time.time()
+            now, namespace = time.time(), metadata.get("namespace", "")
             self.arrivals[metadata["uid"]] = (now, slot)
-            count, _ = self.seen.get(metadata.get("namespace", ""), (0, now))
-            self.seen[metadata.get("namespace", "")] = (count + 1, now)
+            self.seen[namespace] = (self.seen.get(namespace, (0, now))[0] + 1, now)
+            self._arrived.set()
 
     def failed(self, error: Exception) -> None:
         pass
@@ -265,11 +266,16 @@ class JobWatcher:
 
     async def all_seen(self, namespace: str, n: int, limit: float = 60.0) -> float:
         """When the last of the `n` Jobs created in `namespace` arrived."""
-        deadline = time.monotonic() + limit
+        deadline = asyncio.get_running_loop().time() + limit
         while (seen := self.seen.get(namespace, (0, 0.0)))[0] < n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the watcher saw {seen[0]} of the {n} Jobs in {namespace}")
-            await asyncio.sleep(0.05)  # the arrivals are stamped by the watch, not by this poll
+            self._arrived.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._arrived.wait()
+            except TimeoutError:
+                raise RuntimeError(
+                    f"the watcher saw {seen[0]} of the {n} Jobs in {namespace}"
+                ) from None
         return seen[1]
 
     def lags_for(self, slots: Iterable[datetime]) -> list[tuple[datetime, float, float]]:
@@ -456,10 +462,11 @@ async def run_phase(
     phase.lags = [lag for _, _, lag in found]
     phase.missing = n * slots - len(found)
     phase.bursts = [burst_of(found, slot, n) for slot in measured]
-    if None not in phase.bursts:
-        phase.burst_seconds = statistics.fmean(b for b in phase.bursts if b is not None)
+    ended = [burst for burst in phase.bursts if burst is not None]
+    if len(ended) == len(phase.bursts):
+        phase.burst_seconds = statistics.fmean(ended)
     # The costs are the first slot's, to its last Job (of those that came)
-    first_last = max((arrived for slot, arrived, _ in found if slot == first), default=math.nan)
+    first_last = max(arrivals_at(found, first), default=math.nan)
     first_burst = first_last - first.timestamp()
     rest = sampler.window(first.timestamp() - 0.5 - REST_WINDOW, first.timestamp() - 0.5)
     burst = sampler.window(first.timestamp(), first.timestamp() + max(first_burst, 0) + 3)
@@ -490,10 +497,15 @@ async def run_phase(
     return phase
 
 
+def arrivals_at(found: list[tuple[datetime, float, float]], slot: datetime) -> list[float]:
+    """When the Jobs of `slot` arrived, of the (slot, arrival, lag) `found`."""
+    return [arrived for at, arrived, _ in found if at == slot]
+
+
 def burst_of(found: list[tuple[datetime, float, float]], slot: datetime, n: int) -> float | None:
-    """From `slot` to the arrival of its last Job, of the (slot, arrival, lag) `found`; None if
-    fewer than `n` came: a burst that never ended within the window."""
-    arrivals = [arrived for at, arrived, _ in found if at == slot]
+    """From `slot` to the arrival of its last Job; None if fewer than `n` came: a burst that
+    never ended within the window."""
+    arrivals = arrivals_at(found, slot)
     return max(arrivals) - slot.timestamp() if len(arrivals) >= n else None
 
 
@@ -867,17 +879,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     kubeconfig = Path(args.kubeconfig) if cluster is None else cluster.kubeconfig
     controller_manager = controller_manager_rate(cluster.commands if cluster else {})
     machine = f"{os.cpu_count()} cores"
-    if args.pin:
-        if cluster is None:
-            raise SystemExit("--pin needs the local cluster, not --kubeconfig")
-        control_plane, client = cpu_pinning.split(os.cpu_count() or 1)
-        for pid in cluster.pids.values():
-            cpu_pinning.pin(pid, control_plane)
-        cpu_pinning.pin(os.getpid(), client)  # the operator, started below, inherits it
-        machine += (
-            f", the control plane pinned to CPU {','.join(map(str, sorted(control_plane)))}, "
-            f"the operator and the bench's client to CPU {','.join(map(str, sorted(client)))}"
-        )
+    if not args.pin:
+        return await run(args, kubeconfig, controller_manager, machine)
+    if cluster is None:
+        raise SystemExit("--pin needs the local cluster, not --kubeconfig")
+    # The operator, started by this process, inherits its CPU.
+    with cpu_pinning.apart(cluster.pids.values(), os.getpid()) as shared:
+        return await run(args, kubeconfig, controller_manager, f"{machine}, {shared}")
+
+
+async def run(
+    args: argparse.Namespace, kubeconfig: Path, controller_manager: str, machine: str
+) -> dict[str, Any]:
+    """The operator started as the chart's ServiceAccount, then measure()."""
     install_chart(kubeconfig)
     os.environ["KUBECONFIG"] = str(kubeconfig)
     api = connect(CREATE_CONCURRENCY)
@@ -897,10 +911,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         operator.stop()  # also when the run fails: an orphan would keep the Lease
         await api.close()
-        if args.pin and cluster is not None:  # the cluster outlives the bench: give it back
-            every = set(range(os.cpu_count() or 1))
-            for pid in cluster.pids.values():
-                cpu_pinning.pin(pid, every)
 
 
 def controller_manager_rate(commands: dict[str, list[str]]) -> str:

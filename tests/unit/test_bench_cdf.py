@@ -3,6 +3,7 @@ a controller's curve below 1 (issue 19, item 3), and the targets are issue 19's.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import math
 import sys
@@ -134,6 +135,11 @@ async def test_a_raw_create_ends_when_the_watcher_has_seen_its_last_job() -> Non
     assert await watcher.all_seen("raw", 2) == watcher.arrivals["b"][0]
     with pytest.raises(RuntimeError, match="saw 2 of the 3 Jobs in raw"):
         await watcher.all_seen("raw", 3, limit=0.0)
+    waiting = asyncio.create_task(watcher.all_seen("raw", 3, limit=5.0))
+    await asyncio.sleep(0)  # one turn of the loop: the task is now waiting...
+    assert not waiting.done()
+    watcher.changed("ADDED", job("c", "raw"))  # ...and this arrival wakes it
+    assert await waiting == watcher.arrivals["c"][0]
 
 
 def test_the_report_names_the_controller_managers_rate() -> None:

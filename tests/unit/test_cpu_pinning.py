@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cpu_pinning import pin, split
+from cpu_pinning import apart, pin, split
 
 # A child with a thread started before it is pinned and one started after, each reporting its
 # CPUs: affinity is per thread, so the first moves only if pin() walks every thread.
@@ -58,6 +58,22 @@ def test_every_thread_of_a_pinned_process_moves_and_later_ones_follow(
     child.stdin.write("go\n")
     child.stdin.flush()
     assert child.stdout.readline().split() == ["[1]", "[1]"]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs to move between")
+def test_apart_gives_each_process_its_cpus_back(child: subprocess.Popen[str]) -> None:
+    """The control plane outlives the bench: after the block it runs where it ran before."""
+    assert child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    last = (os.cpu_count() or 1) - 1
+    pin(child.pid, {last})  # somewhere neither side of the split puts it
+    before = os.sched_getaffinity(0)
+    with apart([child.pid], os.getpid()) as shared:
+        assert os.sched_getaffinity(child.pid) == set(range(last))
+        assert os.sched_getaffinity(0) == {last}
+        assert shared.endswith(f"the operator and the bench's client to CPU {last}")
+    assert os.sched_getaffinity(child.pid) == {last}
+    assert os.sched_getaffinity(0) == before
 
 
 def test_the_client_gets_the_last_cpu_and_the_control_plane_the_rest() -> None:
