@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from cronlease import REQUEST_KIND, RUN_KIND, backoff, metrics
+from cronlease import REQUEST_KIND, RUN_KIND, metrics
 from cronlease.decision import (
     Decision,
     DeletionReason,
@@ -39,7 +38,8 @@ from cronlease.decision import (
 from cronlease.events import EventRecorder, EventSeries
 from cronlease.jobinfo import JobInfo, job_info
 from cronlease.jobtemplate import build_job
-from cronlease.kube import RUNREQUESTS, SCHEDULEDJOBS, ApiError, KubeApi, TransportError
+from cronlease.keyedloop import Applied, Outcome
+from cronlease.kube import JOBS, RUNREQUESTS, RUNS, SCHEDULEDJOBS, ApiError, KubeApi, TransportError
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
 from cronlease.naming import (
@@ -53,16 +53,34 @@ from cronlease.spec import SpecError, steps_of
 from cronlease.stepjob import build_step_job
 from cronlease.supervision import Action
 from cronlease.workpool import WorkPool
+from cronlease.writer import (
+    FENCING_MESSAGE,
+    Exists,
+    NamespaceTerminating,
+    NotLeading,
+    Refused,
+    RetryLater,
+    Stale,
+    Writer,
+    is_fencing_refusal,
+)
+
+# Re-exported: what callers of the Applier read of its outcomes and refusals.
+__all__ = [
+    "FENCING_MESSAGE",
+    "Applied",
+    "Applier",
+    "FollowUp",
+    "NamespaceTerminating",
+    "NotLeading",
+    "Outcome",
+    "RetryLater",
+    "Stale",
+    "is_fencing_refusal",
+]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-# The fencing policy's refusals start with this (templates/fencing.yaml, messageExpression).
-FENCING_MESSAGE = "cronlease fencing:"
-# ...and a refusal of the writer itself (not the release's ServiceAccount) has this in it.
-FENCING_WRONG_WRITER = '" may not'
-# Retries of a write refused as stale while we still hold the Lease (the policy's cache lags).
-FENCING_RETRIES = 6
 # How long status writes and Events wait for a burst of creations to drain before going anyway.
 CREATIONS_FIRST_PATIENCE = 30.0
 EVENT_WRITERS = 4
@@ -71,23 +89,6 @@ EVENT_WRITERS = 4
 # burst's creations like status writes, since each costs the API server a Job and its pods'
 # deletions right when it is busiest (docs/design-notes.md, 104).
 CLEARING = frozenset({DeletionReason.REPLACE, DeletionReason.CANCEL_OTHER})
-
-
-class Outcome(enum.Enum):
-    DONE = "Done"  # applied in full
-    STALE = "Stale"  # decided on an outdated copy; the model now has a fresh one: decide again
-    NOT_LEADING = "NotLeading"  # this replica lost the Lease; the new leader takes over
-    RETRY = "Retry"  # a write failed; try again after a backoff
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    outcome: Outcome
-    wake_at: float | None = None  # DONE: epoch seconds of the next decision, if any
-    error: str = ""  # RETRY: why
-    # RETRY: some of the decision's Jobs were created before a write failed (a later create, or
-    # the status write): progress, under a steady rate of faults, not a failing object.
-    progress: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,29 +124,8 @@ class FollowUp:
         )
 
 
-class NotLeading(Exception):
-    """Raised before a write when this replica no longer holds the Lease (client-side fence)."""
-
-
-class RetryLater(Exception):
-    """A write failed; the object is retried with backoff."""
-
-    def __init__(self, message: str, progress: bool = False) -> None:
-        super().__init__(message)
-        self.progress = progress
-
-
 class TemplateRefused(Exception):
     """The API server refused a Job made from the template: retrying cannot help."""
-
-
-class Stale(Exception):
-    """The decision was made on an outdated copy of the object."""
-
-
-class NamespaceTerminating(Exception):
-    """The namespace is being deleted: nothing can be created in it, and the ScheduledJob goes
-    with it. Not an error to retry or report once per attempt."""
 
 
 # What ends an apply early, each read by ended().
@@ -162,10 +142,6 @@ def ended(error: Exception, progress: bool) -> Applied:
         return Applied(Outcome.DONE)
     progress = progress or (isinstance(error, RetryLater) and error.progress)
     return Applied(Outcome.RETRY, error=str(error), progress=progress)
-
-
-def is_fencing_refusal(error: ApiError) -> bool:
-    return error.status in (400, 403, 422) and FENCING_MESSAGE in error.body
 
 
 class CreationsFirst:
@@ -214,7 +190,8 @@ class Applier:
         patience: float = CREATIONS_FIRST_PATIENCE,
         runs: Model | None = None,
     ) -> None:
-        self.api, self.leadership, self.model = api, leadership, model
+        self.api, self.model = api, model
+        self.writer = Writer(api, leadership)
         # The Runs of multi-step ScheduledJobs, as their decisions see them (kind Run).
         self.runs = runs or Model(lambda key: None, read=run_info)
         # Creations set the lag, so at a burst they go first: status writes and Events wait for
@@ -231,6 +208,15 @@ class Applier:
         self._event_writers = WorkPool(EVENT_WRITERS, self._post_event)
         # ScheduledJob -> (uid, generation) of its template's last dry run; forget() drops it.
         self._checked: dict[Key, tuple[str, int]] = {}
+
+    @property
+    def leadership(self) -> Leadership:
+        """The writer's: one replica's Lease for every write it makes."""
+        return self.writer.leadership
+
+    @leadership.setter
+    def leadership(self, leadership: Leadership) -> None:
+        self.writer.leadership = leadership
 
     async def apply(
         self,
@@ -409,79 +395,50 @@ class Applier:
     # Writes
 
     def check_leading(self) -> None:
-        if not self.leadership.is_leading():
-            metrics.rejected_writes.inc()
-            raise NotLeading()
-
-    async def fenced(self, write: Callable[[], Awaitable[T]]) -> T:
-        """Run one write; if the API server refuses it as stale, ask the Lease who leads: step
-        down if it is somebody else, else retry (right after a takeover the policy lags)."""
-        for attempt in range(1, FENCING_RETRIES + 1):
-            try:
-                return await write()
-            except ApiError as error:
-                if not is_fencing_refusal(error):
-                    raise
-                if FENCING_WRONG_WRITER in error.body:  # no retry or takeover can help
-                    log.error("the fencing policy refuses this operator's identity: %s", error)
-                    why = f"not the release's ServiceAccount: {error.message}"
-                    raise RetryLater(why) from error
-                metrics.rejected_writes.inc()
-                log.warning("write refused by the fencing policy: %s", error.message)
-                if not await self.leadership.verify():
-                    raise NotLeading() from error
-                await asyncio.sleep(backoff.FENCING.delay(attempt))
-                self.check_leading()
-        raise RetryLater("writes still refused as stale although we hold the Lease")
+        self.writer.check_leading()
 
     async def _delete(self, owner: ObjectRef, deletion: PlannedDeletion) -> None:
-        self.check_leading()
-        try:
-            # CancelOther waits until the run is gone, pods included (cronlease.overlap).
-            foreground = deletion.reason is DeletionReason.CANCEL_OTHER
-            delete = self.api.delete_run if deletion.kind == RUN_KIND else self.api.delete_job
-            await delete(owner.namespace, deletion.job_name, deletion.uid, foreground)
-        except ApiError as error:
-            if error.status in (404, 409):  # gone already, or a different Job now
-                return
-            metrics.reconcile_errors.labels("delete").inc()
-            raise RetryLater(f"deleting Job {deletion.job_name}: {error}") from error
-        self.event(
-            owner,
-            "Normal",
-            "SuccessfulDelete",
-            f"deleted {deletion.kind} {deletion.job_name} ({deletion.reason})",
+        # CancelOther waits until the run is gone, pods included (cronlease.overlap); a Run
+        # goes in the background: its supervisor cancels its steps (and compensates) first.
+        foreground = deletion.reason is DeletionReason.CANCEL_OTHER and deletion.kind != RUN_KIND
+        resource = RUNS if deletion.kind == RUN_KIND else JOBS
+        deleted = await self.writer.delete(
+            resource, owner.namespace, deletion.job_name, deletion.uid, foreground
         )
+        if deleted:
+            self.event(
+                owner,
+                "Normal",
+                "SuccessfulDelete",
+                f"deleted {deletion.kind} {deletion.job_name} ({deletion.reason})",
+            )
 
     async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> PlannedRelease:
         """Create the run's Job, or its Run if the ScheduledJob has steps; what releases it: its
         name, kind and uid (of the one an earlier attempt created, if adopted)."""
-        self.check_leading()
         steps = steps_of(sj.spec)  # valid: decide() planned this run
         leader, token = self.leadership.identity, self.leadership.token
-        create: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
         if steps is None:
-            kind, model, create = "Job", self.model, self.api.create_job
+            kind, model, resource = "Job", self.model, JOBS
             job = build_job(sj, run, leader, token)
         else:
-            kind, model, create = RUN_KIND, self.runs, self.api.create_run
+            kind, model, resource = RUN_KIND, self.runs, RUNS
             job = build_run(sj, run, steps, leader, token)
         try:
             with model.reading():  # its Job's deletion seen before the response stays buried
-                created = await self.fenced(lambda: create(job))
+                created = await self.writer.create(resource, job)
                 model.upsert_job(created)  # Forbid must see it before its watch event arrives
-        except ApiError as error:
-            if error.status == 409:
-                uid = await self._adopt_existing(sj, run, kind)
-                return PlannedRelease(run.job_name, uid, kind)
-            if error.status == 403 and "NamespaceTerminating" in error.body:
-                raise NamespaceTerminating() from error
-            if error.status in (400, 422):
-                raise TemplateRefused(error.message) from error
-            metrics.reconcile_errors.labels("create").inc()
-            message = f"{kind} {run.job_name}: {error.message}"
-            self.event(sj.ref, "Warning", "FailedCreate", message)
+        except Exists:
+            uid = await self._adopt_existing(sj, run, kind)
+            return PlannedRelease(run.job_name, uid, kind)
+        except Refused as error:
+            if error.invalid:
+                raise TemplateRefused(str(error)) from error
+            self.event(sj.ref, "Warning", "FailedCreate", f"{kind} {run.job_name}: {error}")
             raise RetryLater(f"creating {kind} {run.job_name}: {error}") from error
+        except RetryLater as error:
+            self.event(sj.ref, "Warning", "FailedCreate", f"{kind} {run.job_name}: {error}")
+            raise
         lag = time.time() - (run.start or run.slot).timestamp()
         metrics.jobs_created.labels(run.trigger).inc()
         if run.attempt > 1:  # late by design: the delay after a failed attempt
@@ -544,46 +501,29 @@ class Applier:
         return Applied(Outcome.DONE)
 
     async def _release(self, namespace: str, release: PlannedRelease) -> None:
-        self.check_leading()
-        is_run = release.kind == RUN_KIND
-        model = self.runs if is_run else self.model
-        what = f"{release.kind} {release.job_name}"
-        try:
-            async with self._status_pool:
-                unhold = self.api.release_run if is_run else self.api.release_job
-                await unhold(namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD)
-        except ApiError as error:
-            if error.status in (404, 409, 422):  # gone, or another Job under that name now
-                if error.status == 422:
-                    log.warning("releasing %s refused: %s", what, error.message)
-                model.released(namespace, release.job_name)
-                return
-            metrics.reconcile_errors.labels("release").inc()
-            raise RetryLater(f"releasing {what}: {error}") from error
-        except TransportError as error:
-            raise RetryLater(f"releasing {what}: {error}") from error
+        resource, model = (RUNS, self.runs) if release.kind == RUN_KIND else (JOBS, self.model)
+        async with self._status_pool:
+            await self.writer.release(
+                resource, namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD
+            )
         model.released(namespace, release.job_name)
 
     async def _label(self, namespace: str, planned: PlannedLabel) -> None:
         """A label that marks the end of a run's attempt (after the status write): a dead letter
         (kept outside the history limits), or an attempt retried (never retried again)."""
-        self.check_leading()
-        model = self.runs if planned.kind == RUN_KIND else self.model
-        label = self.api.label_run if planned.kind == RUN_KIND else self.api.label_job
-        try:
-            with model.reading():
-                async with self._status_pool:
-                    labelled = await label(
-                        namespace, planned.job_name, planned.uid, {planned.label: planned.value}
-                    )
-                model.upsert_job(labelled)  # the next decision must not label it again
-        except ApiError as error:
-            if error.status in (404, 409):  # gone, or another Job under that name now
+        resource, model = (RUNS, self.runs) if planned.kind == RUN_KIND else (JOBS, self.model)
+        with model.reading():
+            async with self._status_pool:
+                labelled = await self.writer.label(
+                    resource,
+                    namespace,
+                    planned.job_name,
+                    planned.uid,
+                    {planned.label: planned.value},
+                )
+            if labelled is None:  # gone, or another Job under that name now
                 return
-            metrics.reconcile_errors.labels("label").inc()
-            raise RetryLater(f"labelling Job {planned.job_name}: {error}") from error
-        except TransportError as error:
-            raise RetryLater(f"labelling Job {planned.job_name}: {error}") from error
+            model.upsert_job(labelled)  # the next decision must not label it again
         if planned.label == LABEL_DEAD_LETTER and planned.value == "true":
             metrics.dead_lettered.inc()
 
@@ -619,7 +559,6 @@ class Applier:
         return StatusWrite(ref, version, patch)
 
     async def _write_status(self, write: StatusWrite) -> None:
-        self.check_leading()
         ref = write.ref
         resource, get = (
             (RUNREQUESTS, self.api.get_runrequest)
@@ -629,20 +568,14 @@ class Applier:
         with self.model.reading():  # the response, or the fresh copy after a 409, is fed to it
             try:
                 async with self._status_pool:
-                    updated = await self.fenced(
-                        lambda: self.api.patch_status(
-                            ref.namespace, ref.name, write.patch, write.version, resource
-                        )
+                    updated = await self.writer.patch_status(
+                        resource, ref.namespace, ref.name, write.patch, write.version
                     )
-            except ApiError as error:
-                if error.status == 404:
-                    return
-                if error.status == 409:
-                    self._upsert(ref, await get(ref.namespace, ref.name))
-                    raise Stale() from error
-                metrics.reconcile_errors.labels("status").inc()
-                raise RetryLater(f"writing {ref.kind} status: {error}") from error
-            self._upsert(ref, updated)
+            except Stale:
+                self._upsert(ref, await get(ref.namespace, ref.name))
+                raise
+            if updated is not None:
+                self._upsert(ref, updated)
 
     async def _write_request_status(self, request: RequestStatus) -> None:
         write = self.status_write(request.ref, request.version, request.previous, request.status)

@@ -419,9 +419,13 @@ class KubeApi:
                 return None
             raise
 
-    async def create_lease(self, lease: dict[str, Any]) -> None:
+    async def create_lease(self, lease: dict[str, Any]) -> dict[str, Any]:
         path = resource_path(LEASES, lease["metadata"]["namespace"])
-        await self.transport.request("POST", path, lease)
+        return await self.transport.request("POST", path, lease)
+
+    async def delete_lease(self, namespace: str, name: str, uid: str) -> None:
+        options = {"preconditions": {"uid": uid}}
+        await self.transport.request("DELETE", resource_path(LEASES, namespace, name), options)
 
     async def replace_lease(self, lease: dict[str, Any]) -> None:
         """A PUT carries the resourceVersion we read, so a concurrent writer makes it fail (409)."""

@@ -127,7 +127,7 @@ async def run(args: argparse.Namespace) -> None:
         clock=server_clock.now,  # "now" never runs ahead of the API server's clock
     )
     supervisor = Supervisor(
-        api, leadership, store, applier, run_wakeups, run_watch.listed, clock=server_clock.now
+        leadership, store, applier, run_wakeups, run_watch.listed.wait, clock=server_clock.now
     )
     job_watch = JobWatch(api, model, namespaces, jobs_listed)
     scheduledjob_watch = ScheduledJobWatch(api, model, namespaces, scheduledjobs_listed)

@@ -185,6 +185,14 @@ class Model:
         self._burials = 0  # tombstones made so far: the next one's number
         self._reads: dict[int, int] = {}  # reads in flight, counted by `_burials` when each began
 
+    def keys(self) -> Iterator[Key]:
+        """Every ScheduledJob a decision may be owed to: each in the model, and each gone one
+        that left Jobs holding the slot-record finalizer or RunRequests to answer (what a new
+        leader reconciles at once)."""
+        yield from list(self._scheduledjobs)
+        yield from list(self._held)
+        yield from list(self._requests_by_scheduledjob)
+
     # ScheduledJobs
 
     def scheduledjob(self, key: Key) -> dict[str, Any] | None:

@@ -38,6 +38,9 @@ ANNOTATION_MAX_ATTEMPTS = f"{GROUP}/max-attempts"
 # Job cannot vanish (TTL, a user, history cleanup) while nothing durable says the slot ran
 # (docs/design-notes.md, item 21).
 FINALIZER_SLOT_RECORD = f"{GROUP}/slot-record"
+# A multi-step Run holds this until it is final and none of its step Jobs lives: deleted while it
+# runs, it stays to cancel (and compensate) its steps, and nothing of it outlives it.
+FINALIZER_SUPERVISION = f"{GROUP}/supervision"
 
 TRIGGER_SCHEDULE = "Schedule"
 TRIGGER_MANUAL = "Manual"

@@ -16,7 +16,7 @@ from cronlease import GROUP, RUN_KIND, VERSION
 from cronlease.decision import PlannedRun, ScheduledJobView
 from cronlease.jobinfo import JobInfo, JobState, job_info
 from cronlease.jobtemplate import run_metadata
-from cronlease.naming import format_time, parse_time
+from cronlease.naming import FINALIZER_SUPERVISION, format_time, parse_time
 from cronlease.runenv import idempotency_key
 from cronlease.steps import Steps, snapshot
 from cronlease.supervision import FINISHED_RUN, RunPhase
@@ -25,10 +25,12 @@ from cronlease.supervision import FINISHED_RUN, RunPhase
 def build_run(
     sj: ScheduledJobView, run: PlannedRun, steps: Steps, leader: str, fencing_token: int
 ) -> dict[str, Any]:
+    metadata = run_metadata(sj, run, leader, fencing_token, {})
+    metadata["finalizers"] = [*metadata["finalizers"], FINALIZER_SUPERVISION]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": RUN_KIND,
-        "metadata": run_metadata(sj, run, leader, fencing_token, {}),
+        "metadata": metadata,
         "spec": {
             "scheduledJob": sj.name,
             "scheduledAt": format_time(run.slot),
@@ -41,13 +43,17 @@ def build_run(
 
 def run_info(run: dict[str, Any]) -> JobInfo:
     """A Run as its ScheduledJob's decisions see it: a run that is active until its phase is
-    final, then succeeded (every step did) or failed (whatever was compensated)."""
+    final and its supervisor has let it go (none of its step Jobs lives: Forbid never starts the
+    next run beside a step still stopping), then succeeded (every step did) or failed (whatever
+    was compensated or cancelled)."""
     info = job_info(run)  # the metadata, read as a Job's; the status is a Run's own
     status = run.get("status")
     status = status if isinstance(status, dict) else {}
     phase = status.get("phase")
     state = JobState.ACTIVE
-    if phase in FINISHED_RUN:
+    finalizers = run["metadata"].get("finalizers")
+    supervised = isinstance(finalizers, list) and FINALIZER_SUPERVISION in finalizers
+    if phase in FINISHED_RUN and not supervised:
         state = JobState.SUCCEEDED if phase == RunPhase.SUCCEEDED else JobState.FAILED
     spec = run.get("spec")
     trusted = info.trusted and isinstance(spec, dict) and spec.get("scheduledJob") is not None

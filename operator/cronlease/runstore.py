@@ -9,14 +9,14 @@ it, and a Run's or a Lease's late copy only wakes a supervision that reads the A
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from cronlease.model import Key, StoredObject, is_newer, key_of, pack, version_of
 from cronlease.naming import LABEL_RUN, parse_time
 from cronlease.stepjob import step_job_info
-from cronlease.supervision import Action, StepJob
+from cronlease.supervision import Action, Refusals, StepJob
 
 
 def _run_label(obj: dict[str, Any]) -> str:
@@ -52,6 +52,14 @@ class RunStore:
         self._leases: dict[Key, tuple[str, datetime | None, datetime, str]] = {}
         # Attempts whose Job name a Job cronlease did not write holds, by run.
         self._taken: dict[Key, set[tuple[str, Action, int]]] = {}
+        # Attempts whose Job the API server refused to create, by run: (message, invalid).
+        self._refused: dict[Key, dict[tuple[str, Action, int], tuple[str, bool]]] = {}
+
+    def keys(self) -> Iterator[Key]:
+        """Every run a supervision may be owed to: each Run, and each gone one whose step Jobs
+        are still in view (to delete or release). What a new leader supervises at once."""
+        yield from list(self._runs)
+        yield from list(self._jobs_by_run)
 
     # Runs
 
@@ -69,6 +77,7 @@ class RunStore:
     def delete_run(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         self._taken.pop(key, None)
+        self._refused.pop(key, None)
         if self._runs.pop(key, None) is not None:
             self._on_change(key)  # its held step Jobs are released
 
@@ -132,6 +141,16 @@ class RunStore:
         """A Job cronlease did not write holds the name of the run's `attempt`."""
         self._taken.setdefault(key, set()).add(attempt)
 
+    def refused(self, key: Key) -> Refusals:
+        return dict(self._refused.get(key, {}))
+
+    def refused_creation(
+        self, key: Key, attempt: tuple[str, Action, int], message: str, invalid: bool
+    ) -> None:
+        """The API server refused to create the Job of the run's `attempt` (kept until the Run
+        goes: a few entries, one per refused attempt)."""
+        self._refused.setdefault(key, {})[attempt] = (message, invalid)
+
     def upsert_lease(self, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         current = self._leases.get(key)
@@ -139,7 +158,12 @@ class RunStore:
             return
         spec = obj.get("spec")
         renewed = parse_time(spec.get("renewTime")) if isinstance(spec, dict) else None
-        seen = self._clock() if current is None or current[1] != renewed else current[2]
+        seen = current[2] if current is not None and current[1] == renewed else self._clock()
+        if current is None and renewed is not None:
+            # First seen (this process started, or the Lease was made again): the renewal is no
+            # later than it says. Counted from now, every restart of the operator would give a
+            # hung step a new full timeout.
+            seen = min(seen, renewed)
         self._leases[key] = (version_of(obj), renewed, seen, _owner_uid(obj))
         if current is None or current[1] != renewed:
             self._on_change((key[0], _run_label(obj)))

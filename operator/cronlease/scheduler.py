@@ -1,14 +1,13 @@
-"""The one scheduler loop (design decision 2): orchestration only.
+"""The scheduler of slots: a controller on the keyed loop (cronlease.keyedloop).
 
-The leader pops the ScheduledJobs that are due from the wake-up queue and reconciles each, one
-reconcile per object at a time: decide (cronlease.reconcile, off the loop for a long catch-up),
-apply (cronlease.applier), and plan the next wake-up from the outcome. The model wakes an object
-whenever its ScheduledJob or one of its Jobs changes.
+The leader reconciles each ScheduledJob that is due: decide (cronlease.reconcile, off the loop
+for a long catch-up), apply (cronlease.applier), and plan the next wake-up from the outcome. The
+model wakes an object whenever its ScheduledJob or one of its Jobs changes.
 
-At a burst thousands fall due at once. They wait as keys in a queue, worked by as many actors
+At a burst thousands fall due at once. They wait as keys in the loop, worked by as many workers
 as the applier has acting slots (decide, delete, create); what each leaves to write waits as a
-record in a second queue, worked by as many writers as it has writing slots. A waiting
-reconcile costs its key or its record, not a task with its frames (design note 103).
+record for the loop's writers, as many as the applier has writing slots. A waiting reconcile
+costs its key or its record, not a task with its frames (design note 103).
 """
 
 from __future__ import annotations
@@ -17,13 +16,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
 
 from cronlease import backoff
 from cronlease.applier import Applied, Applier, FollowUp, Outcome
 from cronlease.decision import Decision, ScheduledJobView
+from cronlease.keyedloop import KeyedLoop
 from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
 from cronlease.model import Key, Model
@@ -32,10 +31,8 @@ from cronlease.reconcile import decide
 from cronlease.requestplan import plan_waiting
 from cronlease.runrequest import RunRequestView
 from cronlease.wakeups import WakeupQueue
-from cronlease.workpool import WorkPool
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # A cursor this far behind means a long catch-up, decided in a worker thread.
 LONG_CATCH_UP = timedelta(minutes=10)
@@ -57,32 +54,45 @@ class Scheduler:
         self.api = api
         self.leadership = leadership
         self.model = model
-        self.wakeups = wakeups
         # Set once the watches' first listings are in the model (cronlease.modelwatch).
         self._listed = listed
         self.namespaces = namespaces
         self.applier = applier or Applier(api, leadership, model, max_concurrency)
         self._clock = clock  # "now" for decisions (tests pass their own)
-        self._in_flight: set[Key] = set()  # from its start until its writes are done
-        # Pending creations hold status writes back (cronlease.applier.CreationsFirst): an
-        # actor counts as one from before its first key to after its last, so the keys still
-        # queued count too, not only those being decided.
-        self._actors = WorkPool(
-            self.applier.acting_slots, self._act_one, held=self.applier.creations.creating
-        )
-        self._writers = WorkPool(self.applier.writing_slots, self._write_one)
-        self._rerun: set[Key] = set()
-        self._failures: dict[Key, int] = {}
         self._seeded = False
+        # Pending creations hold status writes back (cronlease.applier.CreationsFirst): a
+        # worker counts as one from before its first key to after its last, so the keys still
+        # queued count too, not only those being decided.
+        self.loop: KeyedLoop[Key, FollowUp] = KeyedLoop(
+            "scheduler",
+            wakeups,
+            leadership,
+            self._act,
+            self.applier.acting_slots,
+            follow_up=self.applier.follow_up,
+            writers=self.applier.writing_slots,
+            keys=self._keys,
+            ready=self._ready,
+            order=self._by_priority,
+            held=self.applier.creations.creating,
+        )
 
     async def run(self) -> None:
-        while True:
-            await self.leadership.wait_leading()
-            if not self._seeded:
-                await self._seed()
-            for key in self._by_priority(self.wakeups.pop_due()):
-                self._start(key)
-            await self.wakeups.wait()
+        await self.loop.run()
+
+    def _keys(self) -> Iterator[Key]:
+        """What a new leader reconciles: every ScheduledJob, and every one that is gone but left
+        Jobs (or Runs) to release or RunRequests to answer."""
+        seen: set[Key] = set()
+        for key in itertools.chain(self.model.keys(), self.applier.runs.keys()):
+            if key not in seen:
+                seen.add(key)
+                yield key
+
+    async def _ready(self) -> None:
+        await self._listed.wait()
+        if not self._seeded:
+            await self._seed()
 
     async def _seed(self) -> None:
         """Fill the model's RunRequests once before the first decision.
@@ -92,7 +102,6 @@ class Scheduler:
         signal for "initial listing done", so they are listed here. Without all three a new
         leader could decide on a partial model (Forbid, or a request that looks cancelled).
         """
-        await self._listed.wait()
         for attempt in itertools.count(1):
             try:
                 with self.model.reading():  # kopf may deliver a deletion meanwhile
@@ -124,38 +133,6 @@ class Scheduler:
         due within a priority). The actors take the keys first in, first out: at a burst, the
         Jobs of higher priorities are created first."""
         return sorted(keys, key=lambda key: -self.model.scheduledjob_priority(key))
-
-    def _start(self, key: Key) -> None:
-        if key in self._in_flight:
-            self._rerun.add(key)  # decided again once the reconcile in flight ends
-            return
-        self._in_flight.add(key)
-        self._actors.put(key)
-
-    async def _act_one(self, key: Key) -> None:
-        acted = await self._guarded(key, self._act(key))
-        if isinstance(acted, Applied):
-            self._done(key, acted)
-        else:
-            self._writers.put((key, acted))
-
-    async def _write_one(self, item: tuple[Key, FollowUp]) -> None:
-        key, after = item
-        self._done(key, await self._guarded(key, self.applier.follow_up(after)))
-
-    async def _guarded(self, key: Key, work: Awaitable[T]) -> T | Applied:
-        try:
-            return await work
-        except Exception as error:  # a bug must never stop the loop: back off, log it whole
-            log.exception("%s/%s: reconcile failed", *key)
-            return Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
-        except BaseException:  # cancelled (a stop): no longer in flight
-            self._in_flight.discard(key)
-            raise
-
-    def _done(self, key: Key, applied: Applied) -> None:
-        self._in_flight.discard(key)
-        self._plan(key, applied)
 
     async def reconcile(self, key: Key) -> Applied:
         """One reconcile of the ScheduledJob `key`, its writes included (tests)."""
@@ -204,27 +181,6 @@ class Scheduler:
             return await asyncio.to_thread(decide, sj, jobs, now, requests)
         return decide(sj, jobs, now, requests)
 
-    def _plan(self, key: Key, applied: Applied) -> None:
-        """The next wake-up of `key`, from how its reconcile ended."""
-        if applied.outcome is Outcome.RETRY:
-            failures = 0 if applied.progress else self._failures.get(key, 0)
-            failures = self._failures[key] = failures + 1
-            delay = backoff.RECONCILE.delay(failures)
-            log.warning("%s/%s: %s; retrying in %.0f s", *key, applied.error, delay)
-            # A floor: changes of its own Jobs (its own creations, among them) wait for it.
-            self.wakeups.back_off(key, delay)
-        elif applied.outcome is Outcome.DONE:
-            self._failures.pop(key, None)
-        elif applied.outcome is Outcome.NOT_LEADING:
-            log.info("%s/%s: not leading any more; leaving it to the new leader", *key)
-        if applied.outcome in (Outcome.STALE, Outcome.NOT_LEADING) or key in self._rerun:
-            # STALE: the model holds the fresh copy now. NOT_LEADING: decided again if
-            # leadership comes back (the queue is only read while leading).
-            self._rerun.discard(key)
-            self.wakeups.notify(key)
-        if applied.wake_at is not None:
-            self.wakeups.notify(key, applied.wake_at)
-
     async def finish(self, grace: float) -> None:
         """A graceful stop, once run() is cancelled: the reconciles in flight complete their
         writes for up to `grace` seconds while the Lease is still ours, so that no Job is left
@@ -236,6 +192,5 @@ class Scheduler:
     async def drain(self) -> None:
         """Wait for the reconciles in flight, queued ones included, and their Events (tests end
         with it)."""
-        await self._actors.drain()  # before the writers: actors hand them their records
-        await self._writers.drain()
+        await self.loop.drain()
         await self.applier.drain()

@@ -39,6 +39,9 @@ from cronlease.steps import Step
 from cronlease.supervision import Action, StepJob
 
 LABEL_STEP = f"{GROUP}/step"
+# The garbage collector's finalizer of a foreground deletion: the object stays until its
+# dependents (a Job's pods) are gone.
+FOREGROUND_DELETION = "foregroundDeletion"
 LABEL_ACTION = f"{GROUP}/action"
 ANNOTATION_STEP = f"{GROUP}/step"
 ANNOTATION_HEARTBEAT_LEASE = f"{GROUP}/heartbeat-lease"
@@ -171,7 +174,10 @@ def build_heartbeat_lease(
 
 def step_job_info(job: dict[str, Any]) -> StepJob:
     """A step Job read totally: a Job that lacks what the leader writes is untrusted, and never
-    counts as an attempt."""
+    counts as an attempt. What makes it an attempt is what only the leader can write (the
+    fencing policy's writer rule): its labels, its annotations and its name. Its owner reference
+    is not: a user may remove it (orphaning), and the attempt still runs; a Run controller of
+    another name or uid makes it another run's."""
     info = job_info(job)
     metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     assert isinstance(metadata, dict)
@@ -185,8 +191,8 @@ def step_job_info(job: dict[str, Any]) -> StepJob:
     action = Action(action_text) if action_text in set(Action) else Action.RUN
     attempt = int(attempt_text) if attempt_text.isascii() and attempt_text.isdigit() else 0
     trusted = (
-        bool(run_uid)
-        and run == run_name
+        bool(run)
+        and (not run_uid or run == run_name)
         and bool(step)
         and action_text in set(Action)
         and attempt >= 1
@@ -208,10 +214,17 @@ def step_job_info(job: dict[str, Any]) -> StepJob:
         deleting=info.deleting,
         held=info.held,
         trusted=trusted,
+        foreground=info.deleting and _finalizer(metadata, FOREGROUND_DELETION),
     )
 
 
+def _finalizer(metadata: dict[str, Any], name: str) -> bool:
+    finalizers = metadata.get("finalizers")
+    return isinstance(finalizers, list) and name in finalizers
+
+
 def _run_owner(metadata: dict[str, Any]) -> tuple[str, str]:
+    """(uid, name) of the Run that controls the Job; ("", "") if no Run does."""
     refs = metadata.get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
         if not isinstance(ref, dict) or ref.get("controller") is not True:

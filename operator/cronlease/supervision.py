@@ -28,6 +28,10 @@ from cronlease.steps import OnFailure, Step, Steps, steps_of_run
 # How long a claimed attempt's Job may take to show in the watch after its creation: far more
 # than a watch lags. A cancelled attempt never seen is taken as never created after it.
 CREATION_GRACE = timedelta(seconds=30)
+# An ended attempt's Job still live this long after it ended (its pods do not terminate: a long
+# grace period, someone else's finalizer) escalates; its step still waits for it, never runs
+# two attempts at once.
+LINGER_BOUND = timedelta(minutes=5)
 # status.recoveryLog keeps this many entries (the newest); each is also an Event.
 RECOVERY_LOG = 20
 MESSAGE_LIMIT = 256
@@ -50,10 +54,17 @@ class RunPhase(enum.StrEnum):
     COMPENSATING = "Compensating"
     COMPENSATED = "Compensated"
     COMPENSATION_FAILED = "CompensationFailed"
+    CANCELLED = "Cancelled"  # deleted while it ran, with nothing to compensate
 
 
 FINISHED_RUN = frozenset(
-    {RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.COMPENSATED, RunPhase.COMPENSATION_FAILED}
+    {
+        RunPhase.SUCCEEDED,
+        RunPhase.FAILED,
+        RunPhase.COMPENSATED,
+        RunPhase.COMPENSATION_FAILED,
+        RunPhase.CANCELLED,
+    }
 )
 LIVE_STEP = frozenset({StepPhase.RUNNING, StepPhase.RETRYING})
 
@@ -71,11 +82,13 @@ class Escalation(enum.StrEnum):
     HEARTBEAT_LOST = "HeartbeatLost"
     COMPENSATION_FAILED = "CompensationFailed"
     INVALID_RUN = "InvalidRun"
+    ATTEMPT_LINGERING = "AttemptLingering"
 
 
 HEARTBEAT_LOST = "HeartbeatLost"
 JOB_DELETED = "JobDeleted"
 NAME_CONFLICT = "NameConflict"
+CREATE_REFUSED = "CreateRefused"  # the API server would not create the attempt's Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,8 @@ class StepJob:
     held: bool = False
     trusted: bool = True
     run: str = ""  # its Run's name (its label)
+    # Being deleted in the foreground: it stays in view until its pods are gone.
+    foreground: bool = False
 
     @property
     def finished(self) -> bool:
@@ -110,6 +125,7 @@ class RunView:
     status: dict[str, Any]
     deleting: bool = False
     generation: int = 1  # its conditions' observedGeneration (a Run's spec never changes)
+    supervised: bool = False  # holds the supervision finalizer (cronlease.naming)
 
 
 @dataclass(frozen=True)
@@ -146,6 +162,14 @@ class RunPlan:
     log: list[LogEntry] = field(default_factory=list)
     escalation: Escalation | None = None
     wake_at: datetime | None = None
+    # The run is final and none of its step Jobs lives: its supervision finalizer can go, and
+    # from then on its ScheduledJob counts it finished.
+    release_run: bool = False
+
+
+# An attempt whose Job the API server refused to create: (step, action, attempt) -> (message,
+# invalid: never creatable as it is).
+Refusals = Mapping[tuple[str, "Action", int], tuple[str, bool]]
 
 
 def supervise(
@@ -154,32 +178,71 @@ def supervise(
     heartbeats: Mapping[str, datetime | None],
     now: datetime,
     taken: frozenset[tuple[str, Action, int]] = frozenset(),
+    refused: Refusals | None = None,
 ) -> RunPlan:
     """Plan what happens next to `run`. `jobs` are the step Jobs the model holds for it;
     `heartbeats` when each heartbeat Lease was last seen renewed, by Lease (= attempt Job) name;
-    `taken` the attempts whose Job name a Job cronlease did not write holds."""
-    ours = [job for job in jobs if job.run_uid == run.uid and job.trusted]
+    `taken` the attempts whose Job name a Job cronlease did not write holds; `refused` the
+    attempts whose Job the API server refused to create.
+
+    A Job is the run's if it carries what the leader wrote and names the run in its label, with
+    the run as its controller or no controller at all: a user may remove the owner reference
+    (the README allows orphaning), and the attempt still runs. A Run deleted while it runs is
+    cancelled: its steps stop, its finished steps are compensated (onFailure: Compensate), and
+    it goes once it is final and none of its Jobs lives."""
+    ours = [job for job in jobs if job.trusted and job.run_uid in (run.uid, "")]
     plan = RunPlan(status=copy.deepcopy(run.status))
     plan.releases = _settled(run, ours)
-    if run.deleting:
-        return plan  # going: its Jobs go with it, and only need releasing
     try:
         steps = steps_of_run(run.spec)
     except SpecError as error:
         _invalid(plan, str(error), now)
+        _end(plan, run, ours, now)
         return plan
     status = plan.status
+    if status.get("phase") not in FINISHED_RUN:
+        entries = _entries(status, steps)
+        supervisor = _Supervisor(
+            steps, entries, ours, heartbeats, now, plan, run.generation, taken, refused or {}
+        )
+        supervisor.observe()
+        supervisor.advance(cancelled=run.deleting)
+        status["steps"] = [entries[step.name] for step in steps.steps]
+        status.setdefault("startedAt", format_time(now))
+        plan.creations = supervisor.missing_jobs()
+        plan.deletions = supervisor.outdated_jobs()
     if status.get("phase") in FINISHED_RUN:
-        return plan
-    entries = _entries(status, steps)
-    supervisor = _Supervisor(steps, entries, ours, heartbeats, now, plan, run.generation, taken)
-    supervisor.observe()
-    supervisor.advance()
-    status["steps"] = [entries[step.name] for step in steps.steps]
-    status.setdefault("startedAt", format_time(now))
-    plan.creations = supervisor.missing_jobs()
-    plan.deletions = supervisor.outdated_jobs()
+        _end(plan, run, ours, now)
     return plan
+
+
+def _end(plan: RunPlan, run: RunView, jobs: list[StepJob], now: datetime) -> None:
+    """A final run: nothing of it may outlive it. Every live step Job is deleted (in the
+    foreground, so that it stays in view until its pods are gone), and once none lives, nor can
+    one still appear (a cancelled attempt's creation a moment ago), the run lets go."""
+    live = [job for job in jobs if not job.finished]
+    plan.deletions = [job for job in live if not job.foreground]
+    plan.creations = []
+    appearing = _appearing_until(plan.status, now)
+    if appearing is not None:
+        plan.wake_at = appearing if plan.wake_at is None else min(plan.wake_at, appearing)
+    plan.release_run = run.supervised and not live and appearing is None
+
+
+def _appearing_until(status: dict[str, Any], now: datetime) -> datetime | None:
+    """Until when a cancelled attempt never seen may still appear in the watch (its creation
+    may have happened a moment before the cancellation); None if none can."""
+    latest = None
+    for raw in status.get("steps") or []:
+        for _, part in _parts(raw) if isinstance(raw, dict) else ():
+            if not isinstance(part, dict) or part.get("phase") != StepPhase.CANCELLED:
+                continue
+            if part.get("jobUid") or not part.get("attempt"):
+                continue
+            until = (parse_time(part.get("finishedAt")) or now) + CREATION_GRACE
+            if until > now and (latest is None or until > latest):
+                latest = until
+    return latest
 
 
 class _Supervisor:
@@ -193,9 +256,10 @@ class _Supervisor:
         plan: RunPlan,
         generation: int,
         taken: frozenset[tuple[str, Action, int]],
+        refused: Refusals,
     ) -> None:
         self.steps, self.entries, self.now, self.plan = steps, entries, now, plan
-        self.generation, self.taken = generation, taken
+        self.generation, self.taken, self.refused = generation, taken, refused
         self.heartbeats = heartbeats
         self.jobs = {(job.step, job.action, job.attempt): job for job in jobs}
         self.all_jobs = jobs
@@ -226,6 +290,13 @@ class _Supervisor:
         job = self.jobs.get((step.name, action, attempt))
         if (step.name, action, attempt) in self.taken:  # someone else's Job holds its name
             self._failed(step, entry, action, retry, NAME_CONFLICT, True)
+            return
+        refusal = self.refused.get((step.name, action, attempt))
+        if job is None and refusal is not None and not entry.get("jobUid"):
+            # Never created (a full ResourceQuota, a webhook, a template the server rejects):
+            # a failed attempt, so the step's retry policy bounds it and exhausting it escalates.
+            message, invalid = refusal
+            self._failed(step, entry, action, retry, CREATE_REFUSED, not invalid, message)
             return
         if job is None:
             if entry.get("jobUid"):  # it existed, and went: this attempt is lost, never redone
@@ -323,24 +394,28 @@ class _Supervisor:
 
     # Moving on
 
-    def advance(self) -> None:
-        """Start the next attempts and steps, or fail, compensate and finish the run."""
-        for step in self.steps.steps:
-            entry = self.entries[step.name]
-            self._retry_when_due(step, entry, Action.RUN)
-            compensation = entry.get("compensation")
-            if compensation:
-                self._retry_when_due(step, compensation, Action.COMPENSATE)
+    def advance(self, cancelled: bool = False) -> None:
+        """Start the next attempts and steps, or fail, compensate and finish the run. A
+        `cancelled` run (deleted while it ran) starts nothing new but its compensations."""
         failed = [s for s in self.steps.steps if self.entries[s.name]["phase"] == StepPhase.FAILED]
         phase = self.status.get("phase")
         if failed and phase not in (RunPhase.COMPENSATING, RunPhase.FAILED):
             self._fail_run(failed[0])
-        if self.status.get("phase") == RunPhase.COMPENSATING:
+        elif cancelled and phase != RunPhase.COMPENSATING:
+            self._cancel()
+        phase = self.status.get("phase")
+        if phase == RunPhase.COMPENSATING:
+            for step in self.steps.steps:
+                compensation = self.entries[step.name].get("compensation")
+                if compensation:
+                    self._retry_when_due(step, compensation, Action.COMPENSATE)
             self._compensate()
             return
-        if self.status.get("phase") == RunPhase.FAILED:
-            self._finish(RunPhase.FAILED)
+        if phase in (RunPhase.FAILED, RunPhase.CANCELLED):
+            self._finish(RunPhase(phase))
             return
+        for step in self.steps.steps:
+            self._retry_when_due(step, self.entries[step.name], Action.RUN)
         if all(self.entries[s.name]["phase"] == StepPhase.SUCCEEDED for s in self.steps.steps):
             self._finish(RunPhase.SUCCEEDED)
             return
@@ -360,8 +435,38 @@ class _Supervisor:
         if due > self.now:
             self._wake(due)
             return
+        if self._lingering(step.name, action, due):
+            return  # an earlier attempt's Job still lives: its event wakes the run
         reason = str(entry.get("reason", ""))
         self._claim(step, entry, action, int(entry["attempt"]) + 1, "Restarted", reason)
+
+    def _lingering(self, step: str, action: Action | None, since: datetime) -> bool:
+        """Whether a Job of the step's `action` (either, if None) still lives: a new attempt, or
+        a compensation, never starts beside it. Past LINGER_BOUND from `since` it escalates."""
+        lingering = [
+            job
+            for job in self.all_jobs
+            if job.step == step and not job.finished and action in (None, job.action)
+        ]
+        if not lingering:
+            return False
+        if self.now >= since + LINGER_BOUND and not self._escalated(Escalation.ATTEMPT_LINGERING):
+            names = ", ".join(sorted(job.name for job in lingering))
+            self._escalate(
+                Escalation.ATTEMPT_LINGERING,
+                f"step {step} waits for Job {names} to stop; it is still running "
+                f"{int((self.now - since).total_seconds())} s after its attempt ended",
+            )
+        elif self.now < since + LINGER_BOUND:
+            self._wake(since + LINGER_BOUND)
+        return True
+
+    def _escalated(self, escalation: Escalation) -> bool:
+        return any(
+            c.get("type") == "Escalated" and c.get("reason") == escalation.value
+            for c in self._conditions()
+            if isinstance(c, dict)
+        )
 
     def _claim(
         self, step: Step, entry: dict[str, Any], action: Action, attempt: int, log: str, why: str
@@ -388,7 +493,42 @@ class _Supervisor:
             if reason == NOT_RETRYABLE
             else Escalation.RETRIES_EXHAUSTED
         )
-        for step in self.steps.steps:  # stop the others
+        self._stop_steps(failed.name, f"step {failed.name} failed")
+        compensate = self.steps.on_failure is OnFailure.COMPENSATE
+        self.status["phase"] = (RunPhase.COMPENSATING if compensate else RunPhase.FAILED).value
+        message = f"step {failed.name} failed ({reason}); " + (
+            "compensating the finished steps" if compensate else "onFailure is Stop"
+        )
+        self._escalate(escalation, message)
+
+    def _cancel(self) -> None:
+        """The Run was deleted while it ran (a user, Replace, CancelOther, its ScheduledJob's
+        deletion): its steps stop, and what finished is compensated as after a failure, with no
+        escalation: someone meant it. Recorded as a Cancelled condition and in the log."""
+        self._stop_steps("", "the run was deleted")
+        compensate = self.steps.on_failure is OnFailure.COMPENSATE and any(
+            self.entries[s.name]["phase"] == StepPhase.SUCCEEDED and s.compensate
+            for s in self.steps.steps
+        )
+        self.status["phase"] = (RunPhase.COMPENSATING if compensate else RunPhase.CANCELLED).value
+        message = "the run was deleted while it ran: its steps were stopped" + (
+            ", and its finished steps are compensated" if compensate else ""
+        )
+        set_condition(
+            self._conditions(),
+            "Cancelled",
+            "True",
+            "RunDeleted",
+            message,
+            self.generation,
+            self.now,
+        )
+        self._log("", 0, "Cancelled", "RunDeleted", message, warning=True)
+
+    def _stop_steps(self, cause: str, why: str) -> None:
+        """Stop every other step: the pending ones never start, the live ones are cancelled
+        (their Jobs deleted: outdated_jobs())."""
+        for step in self.steps.steps:
             other = self.entries[step.name]
             if other["phase"] == StepPhase.PENDING:
                 other["phase"] = StepPhase.SKIPPED.value
@@ -398,21 +538,23 @@ class _Supervisor:
                     step.name,
                     int(other["attempt"]),
                     "Cancelled",
-                    failed.name,
-                    f"step {step.name} stopped: step {failed.name} failed",
+                    cause,
+                    f"step {step.name} stopped: {why}",
                 )
-        compensate = self.steps.on_failure is OnFailure.COMPENSATE
-        self.status["phase"] = (RunPhase.COMPENSATING if compensate else RunPhase.FAILED).value
-        message = f"step {failed.name} failed ({reason}); " + (
-            "compensating the finished steps" if compensate else "onFailure is Stop"
-        )
-        self._escalate(escalation, message)
 
     def _compensate(self) -> None:
         """Undo the succeeded steps, newest first, one at a time, once no other step runs."""
-        if any(job.action is Action.RUN and not job.finished for job in self.all_jobs):
-            return  # a cancelled step's Job is still being deleted (outdated_jobs()): its Job
-            # event wakes the run
+        stopped = [
+            parse_time(entry.get("finishedAt")) or self.now
+            for entry in self.entries.values()
+            if entry["phase"] in (StepPhase.CANCELLED, StepPhase.FAILED)
+        ]
+        if any(
+            self._lingering(step.name, Action.RUN, max(stopped, default=self.now))
+            for step in self.steps.steps
+        ):
+            return  # a stopped step's Job is still being deleted (outdated_jobs()): its Job
+            # event wakes the run; none is compensated while one of them runs
         for entry in self.entries.values():
             # A cancelled attempt whose Job was never seen may have been created a moment ago
             # (its watch event not in yet): it gets the time to show up, and to be deleted.
@@ -458,7 +600,8 @@ class _Supervisor:
         self._finish(RunPhase.COMPENSATED)
 
     def _finish(self, phase: RunPhase) -> None:
-        self.status.update(phase=phase.value, finishedAt=format_time(self.now))
+        self.status.update(phase=phase.value)
+        self.status.setdefault("finishedAt", format_time(self.now))
         succeeded = phase is RunPhase.SUCCEEDED
         set_condition(
             self._conditions(),
@@ -501,11 +644,13 @@ class _Supervisor:
             for action, part in _parts(entry)
             if isinstance(part, dict) and part.get("phase") == StepPhase.RUNNING
         }
+        # One someone else deletes in the background is deleted again, in the foreground: its
+        # pods may run on after it is gone, and the next attempt waits until it is.
         return [
             job
             for job in self.all_jobs
             if not job.finished
-            and not job.deleting
+            and not job.foreground
             and current.get((job.step, job.action)) != job.attempt
         ]
 
@@ -590,7 +735,7 @@ def _readable(entry: object) -> bool:
 def _settled(run: RunView, jobs: list[StepJob]) -> list[StepJob]:
     """Held Jobs whose attempt the persisted status no longer runs: released (a Job of the
     current attempt stays held, so nobody's deletion can make it vanish unrecorded)."""
-    if run.deleting or run.status.get("phase") in FINISHED_RUN:
+    if run.status.get("phase") in FINISHED_RUN:
         return [job for job in jobs if job.held]
     current: dict[tuple[str, Action], tuple[int, bool]] = {}
     for entry in run.status.get("steps") or []:

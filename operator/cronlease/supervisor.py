@@ -1,6 +1,8 @@
-"""The supervisor loop (issue 17): the leader supervises each multi-step Run in a task of its
-own, one at a time per Run, woken by its Run, step Jobs and heartbeat Leases changing, and by the
-timers supervise() asks for (a heartbeat's deadline, a retry's backoff). No polling.
+"""The supervisor of multi-step runs (issue 17): a controller on the keyed loop.
+
+The leader supervises each Run when its Run, step Jobs or heartbeat Leases change, and at the
+timers supervise() asks for (a heartbeat's deadline, a retry's backoff): one supervision per Run
+at a time (cronlease.keyedloop), every write through the one writer (cronlease.writer).
 
 Applying a plan: first the status write, conditional on the Run's resourceVersion and stamped
 with the leader and its fencing token (the API server's policy refuses anyone else's): it claims
@@ -10,106 +12,99 @@ attempts and their heartbeat Leases, the releases, the Events.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from cronlease import RUN_KIND, backoff, metrics
-from cronlease.applier import Applier, NotLeading, RetryLater
+from cronlease import RUN_KIND, metrics
+from cronlease.applier import Applier
 from cronlease.decision import ObjectRef
-from cronlease.kube import RUNS, ApiError, KubeApi, TransportError
+from cronlease.keyedloop import Applied, KeyedLoop, Outcome
+from cronlease.kube import JOBS, LEASES, RUNS
 from cronlease.leadership import Leadership
 from cronlease.model import Key
-from cronlease.naming import FINALIZER_SLOT_RECORD
+from cronlease.naming import FINALIZER_SLOT_RECORD, FINALIZER_SUPERVISION
 from cronlease.runstore import RunStore
 from cronlease.spec import SpecError
-from cronlease.stepjob import build_heartbeat_lease, build_step_job, step_job_info
+from cronlease.stepjob import (
+    LABEL_STEP,
+    build_heartbeat_lease,
+    build_step_job,
+    step_job_info,
+)
 from cronlease.steps import steps_of_run
 from cronlease.supervision import Action, RunPlan, RunView, StepJob, supervise
 from cronlease.wakeups import WakeupQueue
+from cronlease.writer import (
+    Exists,
+    NamespaceTerminating,
+    NotLeading,
+    Refused,
+    RetryLater,
+    Stale,
+)
 
 log = logging.getLogger(__name__)
+
+# Runs supervised at once: few Runs are due together (a burst is of slots, not of steps).
+SUPERVISORS = 16
 
 
 class Supervisor:
     def __init__(
         self,
-        api: KubeApi,
         leadership: Leadership,
         store: RunStore,
         applier: Applier,
         wakeups: WakeupQueue[Key],
-        listed: asyncio.Event,
+        listed: Callable[[], Awaitable[Any]],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        workers: int = SUPERVISORS,
     ) -> None:
-        self.api, self.leadership, self.store, self.applier = api, leadership, store, applier
-        self.wakeups = wakeups
-        self._listed = listed  # set once the Runs, step Jobs and Leases are all listed
+        """`listed()`: until the Runs, step Jobs and Leases are all listed."""
+        self.leadership, self.store, self.applier = leadership, store, applier
+        self.writer = applier.writer
         self._clock = clock
-        self._in_flight: set[Key] = set()
-        self._rerun: set[Key] = set()
-        self._failures: dict[Key, int] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.loop: KeyedLoop[Key, Applied] = KeyedLoop(
+            "supervisor",
+            wakeups,
+            leadership,
+            self._reconcile,
+            workers,
+            keys=self._keys,
+            ready=listed,
+        )
 
     async def run(self) -> None:
-        while True:
-            await self.leadership.wait_leading()
-            await self._listed.wait()
-            for key in self.wakeups.pop_due():
-                self._start(key)
-            await self.wakeups.wait()
+        await self.loop.run()
 
-    def _start(self, key: Key) -> None:
-        if key in self._in_flight:
-            self._rerun.add(key)
-            return
-        self._in_flight.add(key)
-        task = asyncio.create_task(self._supervise(key))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _keys(self) -> Iterator[Key]:
+        return self.store.keys()
 
-    async def _supervise(self, key: Key) -> None:
-        wake_at: datetime | None = None
+    async def _reconcile(self, key: Key) -> Applied:
         try:
             wake_at = await self.supervise(key)
-            self._failures.pop(key, None)
         except NotLeading:
-            self._rerun.add(key)  # decided again if leadership comes back
-        except StaleRun:
-            self._rerun.add(key)
-        except (RetryLater, ApiError, TransportError) as error:
-            self._back_off(key, str(error))
-        except Exception as error:  # a bug must never stop the loop
-            log.exception("run %s/%s: supervision failed", *key)
-            self._back_off(key, f"{type(error).__name__}: {error}")
-        finally:
-            self._in_flight.discard(key)
-        if key in self._rerun:
-            self._rerun.discard(key)
-            self.wakeups.notify(key)
-        if wake_at is not None:
-            self.wakeups.notify(key, wake_at.timestamp())
-
-    def _back_off(self, key: Key, error: str) -> None:
-        failures = self._failures[key] = self._failures.get(key, 0) + 1
-        delay = backoff.RECONCILE.delay(failures)
-        log.warning("run %s/%s: %s; retrying in %.0f s", *key, error, delay)
-        self.wakeups.back_off(key, delay)
+            return Applied(Outcome.NOT_LEADING)
+        except Stale:
+            return Applied(Outcome.STALE)
+        except RetryLater as error:
+            return Applied(Outcome.RETRY, error=str(error))
+        except NamespaceTerminating:  # what lives in it goes with it
+            return Applied(Outcome.DONE)
+        return Applied(Outcome.DONE, wake_at.timestamp() if wake_at else None)
 
     async def supervise(self, key: Key) -> datetime | None:
-        """One supervision of the Run `key` (or the release of its step Jobs, if it is gone)."""
+        """One supervision of the Run `key` (or, if it is gone, the end of its step Jobs)."""
         namespace, name = key
         obj = self.store.run(key)
         jobs = self.store.jobs_of(key)
         if obj is None:
-            for job in jobs:  # its Run is gone: nothing will settle them any more
-                if job.held:
-                    await self._release(namespace, job)
+            await self._gone(namespace, jobs)
             return None
         metadata = obj["metadata"]
+        finalizers = metadata.get("finalizers") or []
         view = RunView(
             name=name,
             namespace=namespace,
@@ -118,9 +113,13 @@ class Supervisor:
             status=obj.get("status") or {},
             deleting=bool(metadata.get("deletionTimestamp")),
             generation=int(metadata.get("generation") or 1),
+            supervised=FINALIZER_SUPERVISION in finalizers,
         )
         heartbeats = self.store.heartbeats(namespace, jobs)
-        plan = supervise(view, jobs, heartbeats, self._clock(), self.store.taken(key))
+        now = self._clock()
+        plan = supervise(
+            view, jobs, heartbeats, now, self.store.taken(key), self.store.refused(key)
+        )
         ref = ObjectRef(namespace, name, view.uid, RUN_KIND)
         write = self.applier.status_write(
             ref, metadata["resourceVersion"], view.status, plan.status
@@ -132,42 +131,47 @@ class Supervisor:
         for job in plan.deletions:
             await self._delete(namespace, job)
         if await self._create(key, obj, plan):
-            self.wakeups.notify(key)  # a name someone else holds: a failed attempt, at once
+            self.loop.add(key)  # an attempt that could not be made: failed, at once
         for job, seconds, since in plan.leases:
-            await self._create_lease(namespace, job, seconds, since)
+            await self._create_lease(ref, job, seconds, since)
         for job in plan.releases:
             await self._release(namespace, job)
+        if plan.release_run:
+            await self.writer.release(RUNS, namespace, name, view.uid, FINALIZER_SUPERVISION)
         return plan.wake_at
+
+    async def _gone(self, namespace: str, jobs: list[StepJob]) -> None:
+        """The Run is gone: nothing will settle its step Jobs any more. A live one is deleted
+        (nothing outlives its run: one a user orphaned, say), a held one released."""
+        for job in jobs:
+            if job.trusted and not job.finished and not job.foreground:
+                await self._delete(namespace, job)
+        for job in jobs:
+            if job.held:
+                await self._release(namespace, job)
 
     async def _write_status(
         self, ref: ObjectRef, version: str, patch: dict[str, Any]
     ) -> dict[str, Any]:
-        self.applier.check_leading()
         try:
-            updated = await self.applier.fenced(
-                lambda: self.api.patch_status(ref.namespace, ref.name, patch, version, RUNS)
-            )
-        except ApiError as error:
-            if error.status == 409:  # decided on a stale copy: read it, decide again
-                self.store.upsert_run(await self.api.get_run(ref.namespace, ref.name))
-                raise StaleRun() from error
+            updated = await self.writer.patch_status(RUNS, ref.namespace, ref.name, patch, version)
+        except Stale:  # decided on a stale copy: read it, decide again
+            self.store.upsert_run(await self.applier.api.get_run(ref.namespace, ref.name))
             raise
+        if updated is None:  # gone meanwhile: its deletion's event wakes it
+            raise Stale()
         self.store.upsert_run(updated)
         self.applier.runs.upsert_job(updated)
         return updated
 
     async def _delete(self, namespace: str, job: StepJob) -> None:
-        """An abandoned attempt or a cancelled step: its pods go first (foreground)."""
-        self.applier.check_leading()
-        try:
-            await self.api.delete_job(namespace, job.name, job.uid, foreground=True)
-        except ApiError as error:
-            if error.status not in (404, 409):
-                raise
+        """An abandoned attempt or a cancelled step: in the foreground, so that it stays in
+        view until its pods are gone (and one deleted in the background is deleted again so)."""
+        await self.writer.delete(JOBS, namespace, job.name, job.uid, foreground=True)
 
     async def _create(self, key: Key, run: dict[str, Any], plan: RunPlan) -> bool:
-        """Create the claimed attempts' Jobs (and heartbeat Leases); True if a Job that
-        cronlease did not write holds one's name."""
+        """Create the claimed attempts' Jobs (and heartbeat Leases); True if one could not be
+        made: a Job cronlease did not write holds its name, or the API server refused it."""
         if not plan.creations:
             return False
         try:
@@ -176,53 +180,71 @@ class Supervisor:
             return False
         leader, token = self.leadership.identity, self.leadership.token
         namespace, uid = run["metadata"]["namespace"], run["metadata"]["uid"]
-        conflict = False
+        ref = ObjectRef(namespace, run["metadata"]["name"], uid, RUN_KIND)
+        failed = False
         for planned in plan.creations:
             step = steps.step(planned.step)
             if step is None:
                 continue
+            attempt = (planned.step, planned.action, planned.attempt)
             job = build_step_job(run, step, planned.action, planned.attempt, leader, token)
-            self.applier.check_leading()
             try:
-                created = await self._create_job(job)
-            except ApiError as error:
-                if error.status != 409:
-                    raise
-                created = await self.api.get_job(namespace, job["metadata"]["name"])
+                created = await self.writer.create(JOBS, job)
+            except Exists:
+                created = await self.applier.api.get_job(namespace, job["metadata"]["name"])
+            except (Refused, NamespaceTerminating) as error:
+                invalid = not isinstance(error, Refused) or error.invalid
+                message = str(error) or "its namespace is being deleted"
+                self.applier.event(ref, "Warning", "FailedCreate", f"step Job {attempt}: {message}")
+                self.store.refused_creation(key, attempt, message, invalid)
+                failed = True
+                continue
             else:
                 metrics.step_attempts.labels(planned.action.value).inc()
             info = step_job_info(created)
             if not info.trusted or info.run_uid != uid:
                 log.warning("step Job %s exists and is not this run's", info.name)
-                self.store.name_taken(key, (planned.step, planned.action, planned.attempt))
-                conflict = True
+                self.store.name_taken(key, attempt)
+                failed = True
                 continue
             self.store.upsert_step_job(created)
             if step.heartbeat_seconds and planned.action is Action.RUN:
                 since = planned.since or self._clock()
-                await self._create_lease(namespace, info, step.heartbeat_seconds, since)
-        return conflict
+                await self._create_lease(ref, info, step.heartbeat_seconds, since)
+        return failed
 
     async def _create_lease(
-        self, namespace: str, job: StepJob, seconds: int, since: datetime
+        self, run: ObjectRef, job: StepJob, seconds: int, since: datetime
     ) -> None:
-        lease = build_heartbeat_lease(namespace, job, seconds, since)
+        """The attempt's heartbeat Lease. A Lease of its name that is not ours (no step label, or
+        another owner: a tenant's, made before the Job to make every attempt fail) is deleted
+        and ours made instead; it is said in a Warning Event."""
+        lease = build_heartbeat_lease(run.namespace, job, seconds, since)
         try:
-            await self.api.create_lease(lease)
-        except ApiError as error:
-            if error.status != 409:  # made already
-                raise
-
-    async def _create_job(self, job: dict[str, Any]) -> dict[str, Any]:
-        return await self.applier.fenced(lambda: self.api.create_job(job))
+            await self.writer.create(LEASES, lease)
+            return
+        except Exists:
+            pass
+        except Refused as error:
+            raise RetryLater(f"creating Lease {job.name}: {error}") from error
+        existing = await self.applier.api.get_lease(run.namespace, job.name)
+        if existing is None or _our_lease(existing, job):
+            return  # gone meanwhile (made again on the next pass), or made already
+        metadata = existing["metadata"]
+        self.applier.event(
+            run,
+            "Warning",
+            "HeartbeatLeaseTaken",
+            f"Lease {job.name} was not made by cronlease; replaced by the attempt's own",
+        )
+        await self.writer.delete(LEASES, run.namespace, job.name, str(metadata.get("uid", "")))
+        try:
+            await self.writer.create(LEASES, lease)
+        except Exists as error:  # made again at once: the next pass tries again
+            raise RetryLater(f"Lease {job.name} is taken again") from error
 
     async def _release(self, namespace: str, job: StepJob) -> None:
-        self.applier.check_leading()
-        try:
-            await self.api.release_job(namespace, job.name, job.uid, FINALIZER_SLOT_RECORD)
-        except ApiError as error:
-            if error.status not in (404, 409, 422):
-                raise
+        await self.writer.release(JOBS, namespace, job.name, job.uid, FINALIZER_SLOT_RECORD)
 
     def _record(self, ref: ObjectRef, run: dict[str, Any], plan: RunPlan) -> None:
         """Events for the recovery log's new entries (written now), on the Run; an escalation
@@ -243,17 +265,22 @@ class Supervisor:
     async def finish(self, grace: float) -> None:
         """A graceful stop, once run() is cancelled: the supervisions in flight complete their
         writes for up to `grace` seconds while the Lease is still ours."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(grace):
-                await self.drain()
+        await self.loop.finish(grace)
 
     async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loop.drain()
 
 
-class StaleRun(Exception):
-    """The Run changed since it was read: supervised again at once."""
+def _our_lease(lease: dict[str, Any], job: StepJob) -> bool:
+    metadata = lease.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    owners = metadata.get("ownerReferences") or []
+    return (
+        isinstance(labels, dict)
+        and LABEL_STEP in labels
+        and isinstance(owners, list)
+        and any(isinstance(o, dict) and o.get("uid") == job.uid for o in owners)
+    )
 
 
 def _scheduledjob_of(run: dict[str, Any]) -> ObjectRef | None:

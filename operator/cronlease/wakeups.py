@@ -3,7 +3,7 @@
 A leaf module. The scheduler plans a wake-up per ScheduledJob (its next slot, a retry, or now
 when the model changes); an earlier plan replaces a later one, except that a retry's backoff is
 a floor that only a change of the object itself lifts. Sleeps are capped so that a jump of the
-host clock is noticed within `cap` seconds.
+host clock is noticed within `cap` seconds. A paused queue (a standby's) keeps nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +28,26 @@ class WakeupQueue(Generic[K]):
         self._not_before: dict[K, float] = {}  # backoffs: no wake-up before these
         self._sequence = itertools.count()  # ties never compare keys
         self._changed = asyncio.Event()
+        self._paused = False
+
+    def pause(self) -> None:
+        """Forget every plan and take none until resumed: a standby keeps no wake-up (its model
+        is what a new leader derives them from)."""
+        self._paused = True
+        self._heap.clear()
+        self._planned.clear()
+        self._not_before.clear()
+
+    def resume(self) -> None:
+        self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def __len__(self) -> int:
+        """Keys with a plan."""
+        return len(self._planned)
 
     def notify(self, key: K, at: float | None = None) -> None:
         """Wake `key` at `at` (epoch seconds), or now; an earlier plan wins, but nothing wakes a
@@ -45,10 +65,14 @@ class WakeupQueue(Generic[K]):
     def back_off(self, key: K, delay: float) -> None:
         """Wake `key` after `delay` seconds and not before, whatever was planned, unless the
         object itself changes meanwhile."""
+        if self._paused:
+            return
         when = self._not_before[key] = self._clock() + delay
         self._plan(key, when)
 
     def _plan(self, key: K, when: float) -> None:
+        if self._paused:
+            return
         self._planned[key] = when
         heapq.heappush(self._heap, (when, next(self._sequence), key))
         self._changed.set()

@@ -51,6 +51,7 @@ FENCED = {
     ("cronlease.io/v1alpha1", "runrequests"),
     ("cronlease.io/v1alpha1", "runs"),
 }
+FOREGROUND = "foregroundDeletion"
 # What the policy reads on a creation (the object's annotations), for these; else the status.
 CREATED_FENCED = {("batch/v1", "jobs"), ("cronlease.io/v1alpha1", "runs")}
 
@@ -168,6 +169,10 @@ class FakeApiServer:
         self.held = 0  # requests waiting at a `hold` gate
         self.fence: tuple[str, str] | None = None  # (namespace, name) of the fencing Lease
         self.tokens: set[str] | None = None  # bearer tokens `app` accepts (None: any)
+        # The garbage collector: with `collecting`, an object deleted in the foreground has no
+        # dependents left to wait for (goes at once, finalizers allowing); without, it keeps
+        # the foregroundDeletion finalizer until the test calls collect() (its pods stopped).
+        self.collecting = True
         self._watches: list[_Watch] = []
 
     # Test controls
@@ -233,10 +238,22 @@ class FakeApiServer:
         key = (gv, plural, namespace, name)
         self._store(key, merge_patch(self.objects[key], patch), "MODIFIED")
 
-    def remove(self, gv: str, plural: str, namespace: str, name: str) -> None:
+    def remove(
+        self, gv: str, plural: str, namespace: str, name: str, foreground: bool = False
+    ) -> None:
         """A deletion by someone else (a user, TTL, the garbage collector)."""
         key = (gv, plural, namespace, name)
-        self._delete(key)
+        self._delete(key, foreground)
+
+    def collect(self) -> None:
+        """The garbage collector finds the dependents of every foreground deletion gone (their
+        pods stopped): each such object loses the foregroundDeletion finalizer."""
+        for key, obj in list(self.objects.items()):
+            finalizers = obj["metadata"].get("finalizers") or []
+            if FOREGROUND in finalizers:
+                updated = copy.deepcopy(obj)
+                updated["metadata"]["finalizers"] = [f for f in finalizers if f != FOREGROUND]
+                self._store(key, updated, "MODIFIED")
 
     # The Transport protocol
 
@@ -363,7 +380,7 @@ class FakeApiServer:
             wanted = ((body or {}).get("preconditions") or {}).get("uid")
             if wanted and wanted != current["metadata"]["uid"]:
                 raise _status(409, "Conflict", "Precondition failed: UID in precondition")
-            self._delete(key)
+            self._delete(key, (body or {}).get("propagationPolicy") == "Foreground")
             return {"kind": "Status", "status": "Success"}
         metadata = (body.get("metadata") if isinstance(body, dict) else None) or {}
         expected = metadata.get("resourceVersion")
@@ -442,8 +459,19 @@ class FakeApiServer:
         self._emit(key, event, obj, old)
         return copy.deepcopy(obj)
 
-    def _delete(self, key: tuple[str, str, str, str]) -> None:
+    def _delete(self, key: tuple[str, str, str, str], foreground: bool = False) -> None:
         obj = self.objects[key]
+        finalizers = obj["metadata"].get("finalizers") or []
+        if foreground and not self.collecting and FOREGROUND not in finalizers:
+            # Also on an object being deleted already: a foreground deletion may follow a
+            # background one, and then it waits for the dependents too.
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["finalizers"] = [*finalizers, FOREGROUND]
+            obj["metadata"].setdefault(
+                "deletionTimestamp", self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+            )
+            self._store(key, obj, "MODIFIED")
+            return
         if obj["metadata"].get("finalizers"):
             if not obj["metadata"].get("deletionTimestamp"):
                 marked = copy.deepcopy(obj)

@@ -145,7 +145,12 @@ def test_a_silent_heartbeat_abandons_the_attempt_and_its_late_result_never_count
     lost = supervise(view(steps, status), running, renewed, T0 + timedelta(seconds=41))
     assert phases(lost)["interest"] == ("Retrying", 1)
     assert [j.name for j in lost.deletions] == ["interest-run-1"]
-    restarted = run_through(steps, running, T0 + timedelta(seconds=46), lost.status)
+    # Attempt 1's Job is being deleted, its pod still stopping: attempt 2 waits for it.
+    stopping = [running[0], job("interest", deleting=True, foreground=True)]
+    waiting = run_through(steps, stopping, T0 + timedelta(seconds=46), lost.status)
+    assert phases(waiting)["interest"] == ("Retrying", 1)
+    assert waiting.creations == []
+    restarted = run_through(steps, running[:1], T0 + timedelta(seconds=46), lost.status)
     assert phases(restarted)["interest"] == ("Running", 2)
     # Attempt 1's pod finishes after all: not counted, said once.
     late = [*running[:1], job("interest", state=JobState.SUCCEEDED), job("interest", 2)]
@@ -196,7 +201,12 @@ def test_a_step_past_its_attempts_stops_the_others_and_compensates_newest_first(
     assert plan.creations == []  # nothing is undone while another step still runs
     again = run_through(steps, jobs, T0, plan.status)
     assert [j.name for j in again.deletions] == ["slow-run-1"]  # until it is going
-    going = [*jobs[:3], job("slow", deleting=True)]
+    # Deleted by someone else in the background: deleted again, in the foreground.
+    elsewhere = [*jobs[:3], job("slow", deleting=True)]
+    assert [j.name for j in run_through(steps, elsewhere, T0, plan.status).deletions] == [
+        "slow-run-1"
+    ]
+    going = [*jobs[:3], job("slow", deleting=True, foreground=True)]
     assert run_through(steps, going, T0, plan.status).deletions == []
     jobs = jobs[:3]  # its Job is gone
     plan = run_through(steps, jobs, T0, plan.status)
@@ -269,9 +279,10 @@ def test_only_jobs_of_settled_attempts_are_released() -> None:
     ]
     plan = run_through(steps, jobs, T0, status)
     assert sorted(j.name for j in plan.releases) == ["interest-run-1", "snapshot-run-1"]
-    gone = supervise(view(steps, status, deleting=True), jobs, {}, T0)
-    assert len(gone.releases) == 3
-    assert gone.status == status  # a Run being deleted is not written
+    final = {**status, "phase": "Compensated"}
+    ended = supervise(view(steps, final), jobs, {}, T0)
+    assert len(ended.releases) == 3  # a final run settles every attempt
+    assert ended.status == final
 
 
 def test_jobs_the_leader_did_not_write_never_count() -> None:

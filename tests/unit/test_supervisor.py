@@ -13,15 +13,16 @@ from shell import NOW, Shell
 
 from cronlease.applier import NotLeading
 from cronlease.jobinfo import JobState
-from cronlease.kube import JOBS, LEASES, RUNS, TransportError
+from cronlease.kube import JOBS, LEASES, RUNS
 from cronlease.leadership import ElectionConfig, LeaseElector
 from cronlease.model import Key
-from cronlease.naming import FINALIZER_SLOT_RECORD
+from cronlease.naming import FINALIZER_SLOT_RECORD, FINALIZER_SUPERVISION
 from cronlease.runstore import RunStore
 from cronlease.stepjob import LABEL_STEP
 from cronlease.supervision import Action, StepJob
-from cronlease.supervisor import StaleRun, Supervisor
+from cronlease.supervisor import Supervisor
 from cronlease.wakeups import WakeupQueue
+from cronlease.writer import RetryLater, Stale
 
 STEPS = [
     {"name": "snapshot", "jobTemplate": job_template()},
@@ -45,12 +46,11 @@ class Steps:
         listed = asyncio.Event()
         listed.set()
         self.supervisor = Supervisor(
-            shell.api,
             shell.leadership,
             self.store,
             shell.applier,
             self.wakeups,
-            listed,
+            listed.wait,
             clock=lambda: shell.now,
         )
 
@@ -122,7 +122,7 @@ async def test_a_slot_runs_as_a_run_whose_steps_run_in_order_then_it_is_recorded
     run = steps.run()
     # Recorded in its ScheduledJob's status, then released in the same apply, as a Job is.
     assert steps.shell.status("close")["active"][0]["kind"] == "Run"
-    assert not run["metadata"].get("finalizers")
+    assert run["metadata"].get("finalizers") == [FINALIZER_SUPERVISION]  # until it is final
     assert any(c.startswith("PATCH") and "/runs/" in p for c, p in steps.shell.server.calls)
     assert run["spec"]["steps"][1]["retry"]["maxAttempts"] == 2  # a snapshot, defaults filled
     await steps.supervise()
@@ -153,7 +153,7 @@ async def test_a_slot_runs_as_a_run_whose_steps_run_in_order_then_it_is_recorded
 async def test_a_lost_create_response_never_makes_a_second_job_for_an_attempt() -> None:
     steps = await started()
     steps.shell.server.lose("POST", "/jobs$")
-    with pytest.raises(TransportError):
+    with pytest.raises(RetryLater):
         await steps.supervise()
     key = steps.key()
     steps.store.forget_unlisted("jobs", NAMESPACE, set())  # its watch event is not in yet
@@ -172,6 +172,7 @@ async def test_a_heartbeat_that_stops_restarts_the_step_and_deletes_the_stale_at
     await steps.supervise()
     stale = [n for n, j in steps.step_jobs().items() if j["metadata"].get("deletionTimestamp")]
     assert len(stale) == 1  # deleted in the foreground, held until its attempt is settled
+    await steps.supervise()  # settled: released, and then gone (no pods to wait for here)
     await steps.supervise()
     assert phases(steps.run())["interest"] == ("Running", 2)
     assert len(steps.created_step_jobs()) == 3
@@ -219,7 +220,7 @@ async def test_a_status_written_meanwhile_is_read_again_not_overwritten() -> Non
     stale = steps.store.run(key)
     assert stale is not None
     steps.shell.server.edit(*RUNS, NAMESPACE, key[1], {"metadata": {"labels": {"x": "y"}}})
-    with pytest.raises(StaleRun):
+    with pytest.raises(Stale):
         await steps.supervisor.supervise(key)
     await steps.supervise()
     assert phases(steps.run())["snapshot"] == ("Running", 1)
