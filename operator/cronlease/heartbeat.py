@@ -4,9 +4,10 @@ Run it as a native sidecar of the step's pod (an init container with `restartPol
 from the operator's own image): it renews the Lease named in CRONLEASE_HEARTBEAT_LEASE, in the
 pod's namespace, a few times per lease duration, for as long as the pod runs. The supervisor
 restarts the step when the renewals stop (the pod hung, its node is gone). A refusal (403: the
-fencing policy says this pod is not the Lease's attempt) or a Lease that is gone (404: the
-attempt was abandoned) stops the renewals for good: this attempt is no longer the current one,
-and a sidecar that exited would only be restarted by the kubelet.
+heartbeat policy says this pod is not the Lease's attempt) stops the renewals for good: a
+sidecar that exited would only be restarted by the kubelet. A Lease that is gone (404) is waited
+for: the operator creates it right after the Job (the pod may start first), and makes it again
+if someone deletes it; an abandoned attempt's pod is deleted with its Job.
 """
 
 from __future__ import annotations
@@ -33,12 +34,10 @@ class Stopped(Exception):
     """This attempt may renew no more (refused, or its Lease is gone)."""
 
 
-async def renew(
-    api: KubeApi, namespace: str, name: str, now: datetime, renewed_before: bool = True
-) -> float:
-    """One renewal; the seconds until the next. Stopped when it can never succeed again: refused,
-    or its Lease gone after it was renewed (before, it may just not be made yet: the operator
-    creates it right after the Job, and a failover can delay that)."""
+async def renew(api: KubeApi, namespace: str, name: str, now: datetime) -> float:
+    """One renewal; the seconds until the next. Stopped when it can never succeed again:
+    refused. A Lease that is gone is no reason to stop (deleting it must not kill a healthy
+    attempt, issue 33): the operator makes it again."""
     path = resource_path(LEASES, namespace, name)
     patch = {"spec": {"renewTime": micro_time(now)}}
     try:
@@ -46,7 +45,7 @@ async def renew(
             "PATCH", path, patch, content_type="application/merge-patch+json"
         )
     except ApiError as error:
-        if error.status == 403 or (error.status == 404 and renewed_before):
+        if error.status == 403:
             raise Stopped(f"renewing Lease {namespace}/{name}: {error.message}") from error
         raise
     duration = (lease.get("spec") or {}).get("leaseDurationSeconds") or 30
@@ -61,11 +60,9 @@ async def renew_forever(
     interval: float | None = None,
 ) -> str:
     """Renew until stopped; why it stopped. Transient failures are retried at the next turn."""
-    renewed = False
     while True:
         try:
-            wait = await renew(api, namespace, name, clock(), renewed)
-            renewed = True
+            wait = await renew(api, namespace, name, clock())
         except Stopped as stopped:
             return str(stopped)
         except (ApiError, TransportError) as error:

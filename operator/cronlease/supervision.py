@@ -364,6 +364,8 @@ class _Supervisor:
             self._log(step.name, attempt, "WillRestart", reason, message, warning=True)
             return
         entry.update(phase=StepPhase.FAILED, finishedAt=format_time(self.now))
+        if not retryable:
+            entry["retryable"] = False  # escalated as NotRetryable, whatever the reason
         why = "not retryable" if not retryable else f"after {attempt} attempt(s)"
         self._log(step.name, attempt, "GaveUp", reason, f"{message}; {why}", warning=True)
 
@@ -475,7 +477,7 @@ class _Supervisor:
         entry.update(
             phase=StepPhase.RUNNING.value, attempt=attempt, startedAt=format_time(self.now)
         )
-        for stale in ("retryAt", "finishedAt", "message", "reason", "jobUid"):
+        for stale in ("retryAt", "finishedAt", "message", "reason", "jobUid", "retryable"):
             entry.pop(stale, None)
         if log == "Restarted":
             what = "compensation of" if action is Action.COMPENSATE else "step"
@@ -490,7 +492,7 @@ class _Supervisor:
             Escalation.HEARTBEAT_LOST
             if reason == HEARTBEAT_LOST
             else Escalation.NOT_RETRYABLE
-            if reason == NOT_RETRYABLE
+            if reason == NOT_RETRYABLE or entry.get("retryable") is False
             else Escalation.RETRIES_EXHAUSTED
         )
         self._stop_steps(failed.name, f"step {failed.name} failed")

@@ -81,6 +81,13 @@ class Steps:
         await self.supervisor.supervise(self.key())
         self.sync()
 
+    async def supervise_failing(self) -> None:
+        """One supervision that ends in a failed write (the loop retries it after a backoff)."""
+        self.sync()
+        with pytest.raises(RetryLater):
+            await self.supervisor.supervise(self.key())
+        self.sync()
+
     def step_jobs(self) -> dict[str, dict[str, Any]]:
         return {
             job["metadata"]["name"]: job
