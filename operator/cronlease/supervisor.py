@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease import RUN_KIND, metrics
@@ -130,15 +130,17 @@ class Supervisor:
         self._record(ref, obj, plan)
         for job in plan.deletions:
             await self._delete(namespace, job)
-        if await self._create(key, obj, plan):
-            self.loop.add(key)  # an attempt that could not be made: failed, at once
+        failed, deadline = await self._create(key, obj, plan)
+        wake_at = _earliest(plan.wake_at, deadline)
+        if failed:
+            wake_at = now  # an attempt that could not be made: failed, at once
         for job, seconds, since in plan.leases:
             await self._create_lease(ref, job, seconds, since)
         for job in plan.releases:
             await self._release(namespace, job)
         if plan.release_run:
             await self.writer.release(RUNS, namespace, name, view.uid, FINALIZER_SUPERVISION)
-        return plan.wake_at
+        return wake_at
 
     async def _gone(self, namespace: str, jobs: list[StepJob]) -> None:
         """The Run is gone: nothing will settle its step Jobs any more. A live one is deleted
@@ -169,15 +171,19 @@ class Supervisor:
         view until its pods are gone (and one deleted in the background is deleted again so)."""
         await self.writer.delete(JOBS, namespace, job.name, job.uid, foreground=True)
 
-    async def _create(self, key: Key, run: dict[str, Any], plan: RunPlan) -> bool:
-        """Create the claimed attempts' Jobs (and heartbeat Leases); True if one could not be
-        made: a Job cronlease did not write holds its name, or the API server refused it."""
+    async def _create(
+        self, key: Key, run: dict[str, Any], plan: RunPlan
+    ) -> tuple[bool, datetime | None]:
+        """Create the claimed attempts' Jobs (and heartbeat Leases). Whether one could not be
+        made (a Job cronlease did not write holds its name, or the API server refused it), and
+        the earliest heartbeat deadline of those made: the plan knew of none."""
+        deadline: datetime | None = None
         if not plan.creations:
-            return False
+            return False, deadline
         try:
             steps = steps_of_run(run["spec"])
         except SpecError:
-            return False
+            return False, deadline
         leader, token = self.leadership.identity, self.leadership.token
         namespace, uid = run["metadata"]["namespace"], run["metadata"]["uid"]
         ref = ObjectRef(namespace, run["metadata"]["name"], uid, RUN_KIND)
@@ -211,7 +217,9 @@ class Supervisor:
             if step.heartbeat_seconds and planned.action is Action.RUN:
                 since = planned.since or self._clock()
                 await self._create_lease(ref, info, step.heartbeat_seconds, since)
-        return failed
+                due = since + timedelta(seconds=step.heartbeat_seconds)
+                deadline = _earliest(deadline, due)
+        return failed, deadline
 
     async def _create_lease(
         self, run: ObjectRef, job: StepJob, seconds: int, since: datetime
@@ -269,6 +277,10 @@ class Supervisor:
 
     async def drain(self) -> None:
         await self.loop.drain()
+
+
+def _earliest(first: datetime | None, second: datetime | None) -> datetime | None:
+    return second if first is None else first if second is None else min(first, second)
 
 
 def _our_lease(lease: dict[str, Any], job: StepJob) -> bool:
