@@ -22,7 +22,16 @@ import pytest
 
 from devcluster.install import install_chart, service_account_kubeconfig, uninstall_chart
 from devcluster.replica import OPERATOR_NAMESPACE, RELEASE, OperatorProcess
-from kube import LABEL, Kube, jobs_of, pod_template, scheduledjob, status_of, wait_for
+from kube import (
+    LABEL,
+    Kube,
+    condition,
+    jobs_of,
+    pod_template,
+    scheduledjob,
+    status_of,
+    wait_for,
+)
 
 OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
 FINALIZER = "cronlease.io/slot-record"
@@ -342,6 +351,147 @@ def test_only_the_operator_creates_runs(
     result = kube.run("create", "-f", "-", stdin=json.dumps(run), check=False)
     assert_refused(result, "creates Runs")
     assert kube.items("runs", namespace) == []
+
+
+def status_writer(kube: Kube, namespace: str) -> Kube:
+    """A user who may create Jobs and write their status (a controller of someone else's, say),
+    in the test's namespace only: what the API server keeps of a write through jobs/status is its
+    metadata too, and the fence must judge it as it judges a write of the Job itself."""
+    user = f"status-writer-{namespace}"
+    kube.run("create", "role", "status-writer", "--verb=create,get,list,patch,update",
+             "--resource=jobs,jobs/status", "-n", namespace)  # fmt: skip
+    kube.run("create", "rolebinding", "status-writer", "--role=status-writer", f"--user={user}",
+             "-n", namespace)  # fmt: skip
+    as_writer = kube.as_user(user)
+    wait_for(
+        lambda: as_writer.run("auth", "can-i", "patch", "jobs", "--subresource=status",
+                              "-n", namespace, check=False).stdout.strip() == "yes",
+        10,
+        "the writer's rights",
+    )  # fmt: skip
+    return as_writer
+
+
+def test_a_jobs_status_is_no_side_door(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Finding 2 of issue 33: labels, annotations and owner references written through
+    jobs/status are kept, so a plain Job could be made a future slot's run there (its template
+    never run, its status saying it did), or a held or retried Job stripped of its label. The
+    job controller writes that status all the time: a Job of the operator's, labelled, held and
+    retried, still runs to completion."""
+    operator.stop()  # nothing records or releases the held Job; the next test restarts it
+    kube.apply(scheduledjob("target", namespace, schedule="0 0 1 1 *", suspend=True))
+    owner = owner_of(kube, namespace, "target")
+    held = job(namespace, "target-1", owners=[owner])
+    held["metadata"]["finalizers"] = [FINALIZER]
+    as_operator = kube.as_user(OPERATOR)
+    as_operator.create(held)
+    as_operator.run("label", "job", "target-1", f"{LABEL}=target", "cronlease.io/retried=true",
+                    "-n", namespace)  # fmt: skip
+    writer = status_writer(kube, namespace)
+    plain = job(namespace, "plain")
+    plain["spec"]["suspend"] = True
+    writer.create(plain)
+
+    def status(name: str, metadata: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        patch = json.dumps({"metadata": metadata})
+        return writer.run("patch", "job", name, "-n", namespace, "--subresource=status",
+                          "--type=merge", "-p", patch, check=False)  # fmt: skip
+
+    try:
+        outcomes = {
+            "label it": status("plain", {"labels": {"tier": "batch"}}),
+            "add the label": status("plain", {"labels": {LABEL: "target"}}),
+            "add an annotation": status(
+                "plain", {"annotations": {"cronlease.io/scheduled-at": "2030-01-01T00:00:00Z"}}
+            ),
+            "add an owner": status("plain", {"ownerReferences": [owner]}),
+            "unlabel a held Job": status("target-1", {"labels": {LABEL: None}}),
+            "unmark a retried Job": status("target-1", {"labels": {"cronlease.io/retried": None}}),
+        }
+        assert verdicts(outcomes) == {
+            "label it": "admitted",
+            "add the label": "fenced",
+            "add an annotation": "fenced",
+            "add an owner": "fenced",
+            "unlabel a held Job": "fenced",
+            "unmark a retried Job": "fenced",
+        }
+        metadata = kube.get("job", "plain", namespace)["metadata"]
+        assert metadata["labels"]["tier"] == "batch"
+        assert not [key for key in metadata["labels"] if key.startswith("cronlease.io/")]
+        assert not metadata.get("ownerReferences")
+        # The job controller's status writes (start, pods, completion) are all admitted.
+        wait_for(
+            lambda: condition(kube.get("job", "target-1", namespace), "Complete") == "True",
+            30,
+            "the held Job to run to completion",
+        )
+        labels = kube.get("job", "target-1", namespace)["metadata"]["labels"]
+        assert labels[LABEL] == "target"
+        assert labels["cronlease.io/retried"] == "true"
+    finally:
+        kube.run("patch", "job", "target-1", "-n", namespace, "--type=merge",
+                 "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+
+
+def test_a_run_is_neither_relabelled_nor_reowned(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """A Run's metadata is read as a Job's (its ScheduledJob, slot, leader and token): even a
+    cluster admin may not change what cronlease wrote there, nor add to it; labels of their own
+    and the garbage collector's orphaning stay allowed."""
+    step = {
+        "name": "only",
+        "jobTemplate": {"spec": {"backoffLimit": 0, "template": pod_template("120s")}},
+    }
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.apply({
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "close", "namespace": namespace},
+        "spec": {"runAt": now, "steps": [step]},
+    })  # fmt: skip
+    kube.apply(scheduledjob("other", namespace, schedule="0 0 1 1 *", suspend=True))
+    other = owner_of(kube, namespace, "other")
+    [run] = wait_for(lambda: kube.items("runs", namespace), 30, "the slot's Run")
+    name = run["metadata"]["name"]
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return kube.run(*args[:1], "run", name, *args[1:], "-n", namespace, check=False)
+
+    relabel = json.dumps({"metadata": {"labels": {LABEL: "other"}}})
+    outcomes = {
+        "label it": change("label", "debug=true"),
+        "relabel it": change("label", "--overwrite", f"{LABEL}=other"),
+        "move it": change(
+            "annotate", "--overwrite", "cronlease.io/scheduled-at=2030-01-01T00:00:00Z"
+        ),
+        "re-own it": change(
+            "patch", "--type=merge", "-p", json.dumps({"metadata": {"ownerReferences": [other]}})
+        ),
+        "relabel it through its status": change(
+            "patch", "--subresource=status", "--type=merge", "-p", relabel
+        ),
+    }
+    assert verdicts(outcomes) == {
+        "label it": "admitted",
+        "relabel it": "fenced",
+        "move it": "fenced",
+        "re-own it": "fenced",
+        "relabel it through its status": "fenced",
+    }
+    metadata = kube.get("run", name, namespace)["metadata"]
+    assert metadata["labels"][LABEL] == "close"
+    assert [ref["name"] for ref in metadata["ownerReferences"]] == ["close"]
+    # The garbage collector removes the owner reference of an orphaned Run.
+    kube.run("delete", "scheduledjob", "close", "-n", namespace, "--cascade=orphan", "--wait=false")
+    wait_for(
+        lambda: not (kube.get("run", name, namespace) or {})["metadata"].get("ownerReferences"),
+        20,
+        "the Run orphaned by the garbage collector",
+    )
 
 
 # Two releases side by side

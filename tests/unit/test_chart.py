@@ -258,13 +258,18 @@ def test_fence_names_the_release_service_account(values: list[str], user: str) -
     assert writer["matchConditions"][0]["expression"] == f"request.userInfo.username != '{user}'"
     assert "paramKind" not in writer, "a missing Lease must not refuse every Job update"
     operations = {
-        rule["resources"][0]: rule["operations"]
+        resource: rule["operations"]
         for rule in writer["matchConstraints"]["resourceRules"]
+        for resource in rule["resources"]
     }
+    # Every route to what cronlease trusts: a Job's status keeps the metadata written with it.
     assert operations == {
         "jobs": ["CREATE", "UPDATE"],
+        "jobs/status": ["UPDATE"],
         "scheduledjobs/status": ["UPDATE"],
-        "runs": ["CREATE"],
+        "runrequests/status": ["UPDATE"],
+        "runs/status": ["UPDATE"],
+        "runs": ["CREATE", "UPDATE"],
     }
     for validation in token["validations"] + writer["validations"]:
         assert "'cronlease fencing: " in validation["messageExpression"], validation
