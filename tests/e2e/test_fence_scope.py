@@ -5,7 +5,8 @@ Only the release's ServiceAccount writes what the operator trusts: a tenant with
 copied from a real one) nor make a Job of their own look like one, while their ordinary Jobs,
 their edits of unrelated keys, orphaning, and the garbage collector's updates stay allowed. And a
 release fences only the namespaces it watches, so two releases with disjoint watchNamespaces run
-side by side.
+side by side. No route around it (issue 33): not a Job's status, not a Run's update; and a step's
+heartbeat Lease is made by the operator alone, and renewed only by the pods of its own Job.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ import pytest
 
 from devcluster.install import install_chart, service_account_kubeconfig, uninstall_chart
 from devcluster.replica import OPERATOR_NAMESPACE, RELEASE, OperatorProcess
-from kube import LABEL, Kube, jobs_of, pod_template, scheduledjob, status_of, wait_for
+from kube import (
+    LABEL,
+    Kube,
+    condition,
+    jobs_of,
+    pod_template,
+    scheduledjob,
+    status_of,
+    wait_for,
+)
 
 OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
 FINALIZER = "cronlease.io/slot-record"
@@ -72,10 +82,12 @@ def assert_refused(result: subprocess.CompletedProcess[str], who: str) -> None:
 
 
 def verdict(result: subprocess.CompletedProcess[str]) -> str:
-    """admitted, fenced (refused by cronlease's fence), or the error the call met otherwise."""
+    """admitted, fenced (refused by cronlease's fence or its heartbeat policy), or the error the
+    call met otherwise."""
     if result.returncode == 0:
         return "admitted"
-    return "fenced" if "cronlease fencing:" in result.stderr else result.stderr.strip()
+    fenced = "cronlease fencing:" in result.stderr or "cronlease heartbeat:" in result.stderr
+    return "fenced" if fenced else result.stderr.strip()
 
 
 def verdicts(outcomes: dict[str, subprocess.CompletedProcess[str]]) -> dict[str, str]:
@@ -342,6 +354,306 @@ def test_only_the_operator_creates_runs(
     result = kube.run("create", "-f", "-", stdin=json.dumps(run), check=False)
     assert_refused(result, "creates Runs")
     assert kube.items("runs", namespace) == []
+
+
+def status_writer(kube: Kube, namespace: str) -> Kube:
+    """A user who may create Jobs and write their status (a controller of someone else's, say),
+    in the test's namespace only: what the API server keeps of a write through jobs/status is its
+    metadata too, and the fence must judge it as it judges a write of the Job itself."""
+    user = f"status-writer-{namespace}"
+    kube.run("create", "role", "status-writer", "--verb=create,get,list,patch,update",
+             "--resource=jobs,jobs/status", "-n", namespace)  # fmt: skip
+    kube.run("create", "rolebinding", "status-writer", "--role=status-writer", f"--user={user}",
+             "-n", namespace)  # fmt: skip
+    as_writer = kube.as_user(user)
+    wait_for(
+        lambda: as_writer.run("auth", "can-i", "patch", "jobs", "--subresource=status",
+                              "-n", namespace, check=False).stdout.strip() == "yes",
+        10,
+        "the writer's rights",
+    )  # fmt: skip
+    return as_writer
+
+
+def test_a_jobs_status_is_no_side_door(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Finding 2 of issue 33: labels, annotations and owner references written through
+    jobs/status are kept, so a plain Job could be made a future slot's run there (its template
+    never run, its status saying it did), or a held or retried Job stripped of its label. The
+    job controller writes that status all the time: a Job of the operator's, labelled, held and
+    retried, still runs to completion."""
+    operator.stop()  # nothing records or releases the held Job; the next test restarts it
+    kube.apply(scheduledjob("target", namespace, schedule="0 0 1 1 *", suspend=True))
+    owner = owner_of(kube, namespace, "target")
+    held = job(namespace, "target-1", owners=[owner])
+    held["metadata"]["finalizers"] = [FINALIZER]
+    as_operator = kube.as_user(OPERATOR)
+    as_operator.create(held)
+    as_operator.run("label", "job", "target-1", f"{LABEL}=target", "cronlease.io/retried=true",
+                    "-n", namespace)  # fmt: skip
+    writer = status_writer(kube, namespace)
+    plain = job(namespace, "plain")
+    plain["spec"]["suspend"] = True
+    writer.create(plain)
+
+    def status(name: str, metadata: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        patch = json.dumps({"metadata": metadata})
+        return writer.run("patch", "job", name, "-n", namespace, "--subresource=status",
+                          "--type=merge", "-p", patch, check=False)  # fmt: skip
+
+    try:
+        outcomes = {
+            "label it": status("plain", {"labels": {"tier": "batch"}}),
+            "add the label": status("plain", {"labels": {LABEL: "target"}}),
+            "add an annotation": status(
+                "plain", {"annotations": {"cronlease.io/scheduled-at": "2030-01-01T00:00:00Z"}}
+            ),
+            "add an owner": status("plain", {"ownerReferences": [owner]}),
+            "unlabel a held Job": status("target-1", {"labels": {LABEL: None}}),
+            "unmark a retried Job": status("target-1", {"labels": {"cronlease.io/retried": None}}),
+        }
+        assert verdicts(outcomes) == {
+            "label it": "admitted",
+            "add the label": "fenced",
+            "add an annotation": "fenced",
+            "add an owner": "fenced",
+            "unlabel a held Job": "fenced",
+            "unmark a retried Job": "fenced",
+        }
+        metadata = kube.get("job", "plain", namespace)["metadata"]
+        assert metadata["labels"]["tier"] == "batch"
+        assert not [key for key in metadata["labels"] if key.startswith("cronlease.io/")]
+        assert not metadata.get("ownerReferences")
+        # The job controller's status writes (start, pods, completion) are all admitted.
+        wait_for(
+            lambda: condition(kube.get("job", "target-1", namespace), "Complete") == "True",
+            30,
+            "the held Job to run to completion",
+        )
+        labels = kube.get("job", "target-1", namespace)["metadata"]["labels"]
+        assert labels[LABEL] == "target"
+        assert labels["cronlease.io/retried"] == "true"
+    finally:
+        kube.run("patch", "job", "target-1", "-n", namespace, "--type=merge",
+                 "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+
+
+def test_a_run_is_neither_relabelled_nor_reowned(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """A Run's metadata is read as a Job's (its ScheduledJob, slot, leader and token): even a
+    cluster admin may not change what cronlease wrote there, nor add to it; labels of their own
+    and the garbage collector's orphaning stay allowed."""
+    step = {
+        "name": "only",
+        "jobTemplate": {"spec": {"backoffLimit": 0, "template": pod_template("120s")}},
+    }
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.apply({
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "close", "namespace": namespace},
+        "spec": {"runAt": now, "steps": [step]},
+    })  # fmt: skip
+    kube.apply(scheduledjob("other", namespace, schedule="0 0 1 1 *", suspend=True))
+    other = owner_of(kube, namespace, "other")
+    [run] = wait_for(lambda: kube.items("runs", namespace), 30, "the slot's Run")
+    name = run["metadata"]["name"]
+
+    def change(*args: str) -> subprocess.CompletedProcess[str]:
+        return kube.run(*args[:1], "run", name, *args[1:], "-n", namespace, check=False)
+
+    relabel = json.dumps({"metadata": {"labels": {LABEL: "other"}}})
+    outcomes = {
+        "label it": change("label", "debug=true"),
+        "relabel it": change("label", "--overwrite", f"{LABEL}=other"),
+        "move it": change(
+            "annotate", "--overwrite", "cronlease.io/scheduled-at=2030-01-01T00:00:00Z"
+        ),
+        "re-own it": change(
+            "patch", "--type=merge", "-p", json.dumps({"metadata": {"ownerReferences": [other]}})
+        ),
+        "relabel it through its status": change(
+            "patch", "--subresource=status", "--type=merge", "-p", relabel
+        ),
+    }
+    assert verdicts(outcomes) == {
+        "label it": "admitted",
+        "relabel it": "fenced",
+        "move it": "fenced",
+        "re-own it": "fenced",
+        "relabel it through its status": "fenced",
+    }
+    metadata = kube.get("run", name, namespace)["metadata"]
+    assert metadata["labels"][LABEL] == "close"
+    assert [ref["name"] for ref in metadata["ownerReferences"]] == ["close"]
+    # The garbage collector removes the owner reference of an orphaned Run.
+    kube.run("delete", "scheduledjob", "close", "-n", namespace, "--cascade=orphan", "--wait=false")
+    wait_for(
+        lambda: not (kube.get("run", name, namespace) or {})["metadata"].get("ownerReferences"),
+        20,
+        "the Run orphaned by the garbage collector",
+    )
+
+
+# Step heartbeat Leases (issue 33, finding 12)
+
+
+def step_lease(namespace: str, name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A step attempt's heartbeat Lease, named as its Job, as the operator makes it."""
+    labels = {
+        "cronlease.io/run": "close-1",
+        "cronlease.io/step": "post",
+        "cronlease.io/attempt": "1",
+    }
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 30},
+    }
+
+
+def renewal() -> str:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return json.dumps({"spec": {"renewTime": now}})
+
+
+def as_pod(kube: Kube, namespace: str, name: str) -> Kube:
+    """kubectl with a token bound to a pod named `name` (made here, of the stepper account, which
+    holds the heartbeat role): what the API server sees of a step's heartbeat sidecar."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+    pod["spec"] = {**pod_template("600s")["spec"], "serviceAccountName": "stepper"}
+    made = json.loads(kube.run("create", "-f", "-", "-o", "json", stdin=json.dumps(pod)).stdout)
+    token = kube.run(
+        "create", "token", "stepper", "-n", namespace, "--bound-object-kind=Pod",
+        f"--bound-object-name={name}", f"--bound-object-uid={made['metadata']['uid']}",
+    ).stdout.strip()  # fmt: skip
+    return kube.as_token(token)
+
+
+def test_only_a_pod_of_the_leases_own_job_renews_it(kube: Kube, namespace: str, crd: str) -> None:
+    """The pod of a step's Job is named as the Job (= its Lease), a dash, and the five characters
+    the API server generates (an Indexed Job's: its index and a dash between); the name is cut to
+    58 characters before those five, an Indexed Job's keeping its index. The pod of a Job whose
+    name merely begins with the Lease's (a user's `<lease>-abc`) renews nothing."""
+    kube.run("create", "serviceaccount", "stepper", "-n", namespace)
+    kube.run(
+        "create", "rolebinding", "stepper-heartbeat", "--clusterrole=cronlease-heartbeat",
+        f"--serviceaccount={namespace}:stepper", "-n", namespace,
+    )  # fmt: skip
+    short, long = "close-s0a1b2c3d4", "a" * 46 + "-s0a1b2c3d4"  # the longest a step Job's name is
+    as_operator = kube.as_user(OPERATOR)
+    for name in (short, long):
+        as_operator.create(step_lease(namespace, name))
+    pods = {
+        "its pod": (short, f"{short}-x7k2p"),
+        "its Indexed pod": (short, f"{short}-0-x7k2p"),
+        "its Indexed pod 12": (short, f"{short}-12-x7k2p"),
+        "a pod of Job <lease>-abc": (short, f"{short}-abc-x7k2p"),
+        "a pod with a longer suffix": (short, f"{short}-x7k2pq"),
+        "a pod with a shorter suffix": (short, f"{short}-x7k2"),
+        "a pod of index 01": (short, f"{short}-01-x7k2p"),
+        "its pod, cut at 58": (long, f"{long}-x7k2p"),
+        "its Indexed pod, cut at 58": (long, f"{long[:55]}-0-x7k2p"),
+        "an Indexed pod not cut": (long, f"{long}-0-x7k2p"),
+    }
+    outcomes = {
+        case: as_pod(kube, namespace, pod).run(
+            "patch", "lease", lease, "-n", namespace, "--type=merge", "-p", renewal(), check=False
+        )
+        for case, (lease, pod) in pods.items()
+    }
+    own = as_pod(kube, namespace, f"{short}-b4c5d")
+    outcomes["its pod takes the Lease"] = own.run(
+        "patch", "lease", short, "-n", namespace, "--type=merge",
+        "-p", '{"spec":{"holderIdentity":"me"}}', check=False,
+    )  # fmt: skip
+    assert verdicts(outcomes) == {
+        "its pod": "admitted",
+        "its Indexed pod": "admitted",
+        "its Indexed pod 12": "admitted",
+        "a pod of Job <lease>-abc": "fenced",
+        "a pod with a longer suffix": "fenced",
+        "a pod with a shorter suffix": "fenced",
+        "a pod of index 01": "fenced",
+        "its pod, cut at 58": "admitted",
+        "its Indexed pod, cut at 58": "admitted",
+        "an Indexed pod not cut": "fenced",
+        "its pod takes the Lease": "fenced",
+    }
+    assert "may renew only its own attempt's Lease" in outcomes["a pod of Job <lease>-abc"].stderr
+    assert "only its Lease's renewTime" in outcomes["its pod takes the Lease"].stderr
+
+
+def test_a_tenant_neither_makes_nor_renews_a_step_lease(
+    kube: Kube, namespace: str, crd: str, tenant: Kube, operator_kubeconfig: Path
+) -> None:
+    """Only the operator makes a step's heartbeat Lease (names are predictable: a Lease made
+    ahead would be a future attempt's), and only it and the attempt's own pods change one: an
+    editor who is no pod keeps no step alive. Deleting one stays allowed, as does a Lease of the
+    editor's own under a step's name (the operator deletes it), and the garbage collector's
+    orphaning and deletion."""
+    as_operator = Kube(operator_kubeconfig)  # the chart's ServiceAccount: its RBAC, not admin's
+    plain = job(namespace, "close-s0a1b2c3d4")
+    plain["spec"]["suspend"] = True
+    kube.create(plain)
+    uid = kube.get("job", "close-s0a1b2c3d4", namespace)["metadata"]["uid"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "close-s0a1b2c3d4", "uid": uid}
+    as_operator.create(step_lease(namespace, "close-s0a1b2c3d4", owner))
+    as_operator.create(step_lease(namespace, "close-s1a1b2c3d4"))
+
+    def lease(*args: str, name: str = "close-s0a1b2c3d4") -> subprocess.CompletedProcess[str]:
+        return tenant.run(*args[:1], "lease", name, *args[1:], "-n", namespace, check=False)
+
+    squat = step_lease(namespace, "close-s2a1b2c3d4")
+    squat["metadata"]["labels"] = {}
+    outcomes = {
+        "make one": tenant.create(step_lease(namespace, "close-s3a1b2c3d4"), check=False),
+        "make one unlabelled": tenant.create(squat, check=False),
+        "label it": lease("label", "cronlease.io/step=post", name="close-s2a1b2c3d4"),
+        "renew one": lease("patch", "--type=merge", "-p", renewal()),
+        "take one": lease("patch", "--type=merge", "-p", '{"spec":{"holderIdentity":"me"}}'),
+        "unlabel one": lease("label", "cronlease.io/step-"),
+        "annotate one": lease("annotate", "example.com/x=y"),
+        "delete one": lease(
+            "delete", "--cascade=foreground", "--wait=false", name="close-s1a1b2c3d4"
+        ),
+        "the operator deletes the unlabelled one": as_operator.run(
+            "delete", "lease", "close-s2a1b2c3d4", "-n", namespace, check=False
+        ),
+    }
+    assert verdicts(outcomes) == {
+        "make one": "fenced",
+        "make one unlabelled": "admitted",
+        "label it": "fenced",
+        "renew one": "fenced",
+        "take one": "fenced",
+        "unlabel one": "fenced",
+        "annotate one": "fenced",
+        "delete one": "admitted",
+        "the operator deletes the unlabelled one": "admitted",
+    }
+    assert f"tenant-{namespace}" in outcomes["renew one"].stderr
+    # The garbage collector: the foreground deletion's finalizer goes, and the Lease with it;
+    # a Job orphans its Lease.
+    wait_for(
+        lambda: kube.get("lease", "close-s1a1b2c3d4", namespace) is None,
+        20,
+        "the Lease deleted in the foreground to go",
+    )
+    kube.run("delete", "job", "close-s0a1b2c3d4", "-n", namespace, "--cascade=orphan")
+    wait_for(
+        lambda: (
+            not kube.get("lease", "close-s0a1b2c3d4", namespace)["metadata"].get("ownerReferences")
+        ),
+        20,
+        "the garbage collector to orphan the step Lease",
+    )
 
 
 # Two releases side by side

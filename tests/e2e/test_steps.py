@@ -130,21 +130,50 @@ def test_the_bank_close_runs_its_three_steps_in_order_each_once(
     assert sj is not None
 
 
+def stepper(kube: Kube, namespace: str) -> str:
+    """The ServiceAccount of step pods that renew their attempt's Lease (the chart's heartbeat
+    role, bound in the namespace)."""
+    kube.run("create", "serviceaccount", "stepper", "-n", namespace)
+    kube.run(
+        "create", "rolebinding", "stepper-heartbeat", "--clusterrole=cronlease-heartbeat",
+        f"--serviceaccount={namespace}:stepper", "-n", namespace,
+    )  # fmt: skip
+    return "stepper"
+
+
+def as_pod_of(kube: Kube, namespace: str, pod: dict[str, Any]) -> Kube:
+    """kubectl as a step's pod (of the stepper account): a token bound to it, as its sidecar's."""
+    token = kube.run(
+        "create", "token", "stepper", "-n", namespace, "--bound-object-kind=Pod",
+        f"--bound-object-name={pod['metadata']['name']}",
+        f"--bound-object-uid={pod['metadata']['uid']}",
+    ).stdout.strip()  # fmt: skip
+    return kube.as_token(token)
+
+
 @contextmanager
 def agent(kube: Kube, namespace: str, step_name: str, attempts: set[int]) -> Iterator[None]:
-    """Play the step's agent: renew the heartbeat Lease of the given attempts every second."""
+    """Play the step's agent: renew the heartbeat Lease of the given attempts every second, as
+    the attempt's pod (only a pod of the Lease's Job may renew it)."""
     stop = threading.Event()
+    renewers: dict[str, Kube] = {}
 
     def renew() -> None:
         while not stop.wait(1.0):
             for (name, action, attempt), job in step_jobs(kube, namespace).items():
                 if name != step_name or action != "run" or attempt not in attempts:
                     continue
+                lease = job["metadata"]["name"]
+                if lease not in renewers:
+                    pods = kube.items("pods", namespace, f"job-name={lease}")
+                    if not pods:
+                        continue
+                    renewers[lease] = as_pod_of(kube, namespace, pods[0])
                 now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
                 patch = f'{{"spec":{{"renewTime":"{now}"}}}}'
-                kube.run(
-                    "patch", "lease", job["metadata"]["name"], "-n", namespace,
-                    "--type=merge", "-p", patch, check=False,
+                renewers[lease].run(
+                    "patch", "lease", lease, "-n", namespace, "--type=merge", "-p", patch,
+                    check=False,
                 )  # fmt: skip
 
     thread = threading.Thread(target=renew, daemon=True)
@@ -159,20 +188,13 @@ def agent(kube: Kube, namespace: str, step_name: str, attempts: set[int]) -> Ite
 def test_a_step_whose_heartbeat_stops_restarts_alone_as_its_next_attempt(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
-    kube.apply(
-        bank_close(
-            namespace,
-            step("snapshot"),
-            step(
-                "apply-interest",
-                "snapshot",
-                duration="8s",
-                heartbeat={"timeoutSeconds": 3},
-                retry=RETRY,
-            ),
-            step("publish", "apply-interest"),
-        )
+    interest = step(
+        "apply-interest", "snapshot", duration="8s", heartbeat={"timeoutSeconds": 3}, retry=RETRY
     )
+    interest["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] = stepper(
+        kube, namespace
+    )
+    kube.apply(bank_close(namespace, step("snapshot"), interest, step("publish", "apply-interest")))
     with agent(kube, namespace, "apply-interest", {2}):  # attempt 1's agent is dead
         run = finished_run(kube, namespace, 90)
     assert run["status"]["phase"] == "Succeeded", run["status"]
@@ -257,11 +279,7 @@ def test_the_heartbeat_sidecar_renews_its_own_attempts_lease_and_no_other_pod_ca
 ) -> None:
     """`cronlease heartbeat` keeps a step alive past its heartbeat timeout, as the step's pod
     (a token bound to it); another pod's renewal of that Lease is refused by the API server."""
-    kube.run("create", "serviceaccount", "stepper", "-n", namespace)
-    kube.run(
-        "create", "rolebinding", "stepper-heartbeat", "--clusterrole=cronlease-heartbeat",
-        f"--serviceaccount={namespace}:stepper", "-n", namespace,
-    )  # fmt: skip
+    stepper(kube, namespace)
     interest = step("apply-interest", duration="20s", heartbeat={"timeoutSeconds": 8})
     other = step("audit", duration="20s")
     for each in (interest, other):
@@ -273,22 +291,18 @@ def test_the_heartbeat_sidecar_renews_its_own_attempts_lease_and_no_other_pod_ca
         "both steps' Jobs",
     )
     lease = jobs[("apply-interest", "run", 1)]["metadata"]["name"]
-    tokens = {}
-    for name in ("apply-interest", "audit"):
-        pod = pod_of(kube, namespace, jobs[(name, "run", 1)])
-        tokens[name] = kube.run(
-            "create", "token", "stepper", "-n", namespace, "--bound-object-kind=Pod",
-            f"--bound-object-name={pod['metadata']['name']}",
-            f"--bound-object-uid={pod['metadata']['uid']}",
-        ).stdout.strip()  # fmt: skip
+    as_pods = {
+        name: as_pod_of(kube, namespace, pod_of(kube, namespace, jobs[(name, "run", 1)]))
+        for name in ("apply-interest", "audit")
+    }
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    refused = kube.as_token(tokens["audit"]).run(
+    refused = as_pods["audit"].run(
         "patch", "lease", lease, "-n", namespace, "--type=merge",
         "-p", f'{{"spec":{{"renewTime":"{now}"}}}}', check=False,
     )  # fmt: skip
     assert refused.returncode != 0
     assert "may renew only its own attempt's Lease" in refused.stderr, refused.stderr
-    sidecar = kube.as_token(tokens["apply-interest"])
+    sidecar = as_pods["apply-interest"]
     renewer = subprocess.Popen(
         [sys.executable, "-m", "cronlease", "heartbeat", "--lease", lease, "-n", namespace],
         env={**os.environ, "KUBECONFIG": str(sidecar.kubeconfig)},

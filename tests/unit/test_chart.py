@@ -155,7 +155,8 @@ def test_rbac_is_least_privilege() -> None:
         assert not granted & {"*", "secrets", "pods"}, rule
     lease_rules = [rule for kind, rule in rules if "leases" in rule["resources"]]
     # Only the election Role reads or renews a Lease by name; the operator's ClusterRole creates
-    # and watches the heartbeat Leases of step attempts, never updates one.
+    # and watches the heartbeat Leases of step attempts (and deletes a Lease someone else made
+    # under an attempt's name), never updates one.
     readers = [rule for rule in lease_rules if {"get", "update"} & set(rule["verbs"])]
     assert readers
     heartbeat = role(docs, "cronlease-heartbeat")
@@ -164,7 +165,7 @@ def test_rbac_is_least_privilege() -> None:
     assert not [d for d in docs if d.get("roleRef", {}).get("name") == "cronlease-heartbeat"]
     operator = [rule for rule in role(docs, "cronlease")["rules"] if "leases" in rule["resources"]]
     assert operator
-    assert all(set(rule["verbs"]) <= {"create", "list", "watch"} for rule in operator)
+    assert all(set(rule["verbs"]) <= {"create", "list", "watch", "delete"} for rule in operator)
     assert all(
         rule.get("resourceNames") == ["cronlease-leader"]
         for rule in readers
@@ -258,18 +259,42 @@ def test_fence_names_the_release_service_account(values: list[str], user: str) -
     assert writer["matchConditions"][0]["expression"] == f"request.userInfo.username != '{user}'"
     assert "paramKind" not in writer, "a missing Lease must not refuse every Job update"
     operations = {
-        rule["resources"][0]: rule["operations"]
+        resource: rule["operations"]
         for rule in writer["matchConstraints"]["resourceRules"]
+        for resource in rule["resources"]
     }
+    # Every route to what cronlease trusts: a Job's status keeps the metadata written with it.
     assert operations == {
         "jobs": ["CREATE", "UPDATE"],
+        "jobs/status": ["UPDATE"],
         "scheduledjobs/status": ["UPDATE"],
-        "runs": ["CREATE"],
+        "runrequests/status": ["UPDATE"],
+        "runs/status": ["UPDATE"],
+        "runs": ["CREATE", "UPDATE"],
     }
     for validation in token["validations"] + writer["validations"]:
         assert "'cronlease fencing: " in validation["messageExpression"], validation
     for validation in writer["validations"]:
         assert validation["message"].startswith("cronlease fencing: "), validation
+
+
+@needs_helm
+def test_heartbeat_policy_judges_step_leases_only() -> None:
+    """Every write that makes, labels or changes a step Lease, by anyone but the operator; never
+    another Lease (a node's heartbeat, a leader election), nor a deletion."""
+    spec = fence(documents(render()))["ValidatingAdmissionPolicy/cronlease-heartbeat"]["spec"]
+    [rule] = spec["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["leases"], ["CREATE", "UPDATE"])
+    assert spec["matchConstraints"]["objectSelector"] == {
+        "matchExpressions": [{"key": "cronlease.io/step", "operator": "Exists"}]
+    }
+    assert [c["expression"] for c in spec["matchConditions"]] == [
+        "request.userInfo.username != 'system:serviceaccount:cronlease-system:cronlease'"
+    ]
+    expressions = " ".join(v["expression"] for v in spec["variables"])
+    assert "startsWith" not in expressions, "a prefix lets another Job's pods renew the Lease"
+    for validation in spec["validations"]:
+        assert validation["message"].startswith("cronlease heartbeat: "), validation
 
 
 @needs_helm
