@@ -27,11 +27,14 @@ from cronlease.reconcile import first_cursor
 # it saw it (it wakes 100 ms after a slot; a sync takes milliseconds): docs item 90.
 SETTLE_SECONDS = 2.0
 # After a dry run's manifest: what applying it does, which is not what adopt does.
-DRY_RUN_NOTE = (
-    "# Applied as it is, this manifest starts at its own creation: no slot from before it runs "
-    "(it carries no cronlease.io/start-after). Suspend the CronJob first; the slots between the "
-    "suspension and the apply then run under neither. `adopt` without --dry-run hands over with "
-    "none lost: it suspends the CronJob and starts after the slot the CronJob ran last."
+DRY_RUN_NOTE = "\n".join(
+    (
+        "# Applied as it is, this manifest starts at its own creation: no slot from before it",
+        "# runs (it carries no cronlease.io/start-after). Suspend the CronJob first; the slots",
+        "# between the suspension and the apply then run under neither. `adopt` without",
+        "# --dry-run hands over with none lost: it suspends the CronJob and starts after the",
+        "# slot the CronJob ran last.",
+    )
 )
 
 
