@@ -1,24 +1,31 @@
 """The plugin's commands on a fake of `cronlease.kubectl.client.Api` (no client, no cluster): the
 order of adopt's writes (the CronJob suspended before the ScheduledJob exists, the cursor at the
 CronJob's last slot including a Job that landed after its status, the annotation removed once the
-operator has decided), and run-now's verdicts."""
+operator has decided), adopt's clock (the API server's, whatever the host's says), a dry run's
+manifest applied later (the operator's own decision on it), and run-now's verdicts."""
 
 from __future__ import annotations
 
+import copy
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+import yaml
 
+from cronlease.decision import ScheduledJobView
 from cronlease.kubectl import adopt, commands, context
 from cronlease.kubectl.errors import PluginError
-from cronlease.naming import manual_job_name
+from cronlease.naming import format_time, manual_job_name
+from cronlease.reconcile import decide
 
 if TYPE_CHECKING:  # the client itself is not installed here (the operator's environment)
     from cronlease.kubectl.client import Api
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 
 
 class FakeApi:
@@ -34,6 +41,10 @@ class FakeApi:
         self.operator_decides = True
         self.admits_run_now = True
         self.refuse_creation = ""
+        self.server_time = NOW  # the API server's clock (the Date of its answers)
+
+    def server_now(self) -> datetime:
+        return self.server_time
 
     def cronjob(self, namespace: str, name: str) -> dict[str, Any]:
         if name not in self.cronjobs:
@@ -60,7 +71,8 @@ class FakeApi:
         if self.refuse_creation:
             raise PluginError(self.refuse_creation)
         self.writes.append(("create-sj", body["metadata"]["name"], body))
-        created = {**body, "metadata": {**body["metadata"], "uid": "sj-uid"}, "status": {}}
+        stamped = {"uid": "sj-uid", "creationTimestamp": format_time(self.server_time)}
+        created = {**body, "metadata": {**body["metadata"], **stamped}, "status": {}}
         if self.operator_decides:
             created["status"] = {"observedSchedule": "x", "processedUntil": "y"}
         self.sjs[body["metadata"]["name"]] = created
@@ -75,7 +87,9 @@ class FakeApi:
                 self.job_list.append({"metadata": {"name": manual_job_name(name, token)}})
 
 
-def make_context(api: FakeApi, output: str = "table") -> tuple[context.Context, io.StringIO]:
+def make_context(
+    api: FakeApi, output: str = "table", host_clock: datetime = NOW
+) -> tuple[context.Context, io.StringIO]:
     out = io.StringIO()
     ctx = context.Context(
         connect=lambda: cast("Api", api),
@@ -86,7 +100,7 @@ def make_context(api: FakeApi, output: str = "table") -> tuple[context.Context, 
         err=io.StringIO(),
         colour=False,
         timeout=2,
-        clock=lambda: NOW,
+        clock=lambda: host_clock,
     )
     return ctx, out
 
@@ -203,6 +217,74 @@ def test_a_dry_run_writes_nothing() -> None:
     assert api.writes == []
     assert "kind: ScheduledJob" in out.getvalue()
     assert "# What differs from the CronJob" in out.getvalue()
+
+
+def _dry_run_manifest(text: str, output: str) -> dict[str, Any]:
+    if output == "json":
+        return cast("dict[str, Any]", json.loads(text)["scheduledJob"])
+    return cast("dict[str, Any]", yaml.safe_load(text.partition("\n---\n")[0]))
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_dry_run_manifest_applied_later_runs_no_slot_from_before_it(output: str) -> None:
+    """Saved at 12:00:30 and applied an hour later, while the CronJob ran on: the operator's
+    first decision on it must run no slot from before its creation (the CronJob ran them)."""
+    api = FakeApi()
+    api.cronjobs["nightly"] = a_cronjob()
+    ctx, out = make_context(api, output)
+    adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=True, zone="UTC")
+    manifest = _dry_run_manifest(out.getvalue(), output)
+
+    applied = NOW + HOUR  # 13:00:30; the CronJob ran 13:00 itself
+    live = copy.deepcopy(manifest)
+    live["metadata"].update(uid="sj-uid", creationTimestamp=format_time(applied))
+    decision = decide(ScheduledJobView.from_object(live), [], applied + timedelta(seconds=1))
+
+    assert [run.slot for run in decision.runs] == []
+    assert decision.status["processedUntil"] == format_time(applied)
+
+
+@pytest.mark.parametrize("skew", [-HOUR, HOUR], ids=["host-behind", "host-ahead"])
+def test_adopt_reads_the_api_server_s_clock_not_the_host_s(skew: timedelta) -> None:
+    """The CronJob's Jobs are gone (a TTL): its status alone says where it stopped (11:59). A
+    host clock off by an hour either way changes neither the start point nor what is listed."""
+    api = FakeApi()
+    api.cronjobs["nightly"] = a_cronjob()
+    ctx, dry = make_context(api, host_clock=NOW + skew)
+    adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=True, zone="UTC")
+    ctx, adopted = make_context(api, host_clock=NOW + skew)
+    adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+
+    # By the server's clock (12:00:30), the CronJob missed 12:00 alone.
+    missed = (
+        "# - missed slots: 1 since lastScheduleTime 2026-12-01T11:59:00Z, "
+        "the latest 2026-12-01T12:00:00Z"
+    )
+    assert missed in dry.getvalue()
+    assert missed in adopted.getvalue()
+    created = api.writes[1][2]
+    assert created["metadata"]["annotations"]["cronlease.io/start-after"] == "2026-12-01T11:59:00Z"
+    assert "its cursor at 2026-12-01T11:59:00Z" in cast("io.StringIO", ctx.err).getvalue()
+    assert "slots after 2026-12-01T11:59:00Z are cronlease's" in adopted.getvalue()
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_the_real_adopt_lists_the_differences_as_the_dry_run_does(output: str) -> None:
+    api = FakeApi()
+    api.cronjobs["nightly"] = a_cronjob(concurrencyPolicy="Forbid")
+    ctx, dry = make_context(api, output)
+    adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=True, zone="UTC")
+    ctx, real = make_context(api, output)
+    adopt.cmd_adopt(ctx, "cronjob/nightly", dry_run=False, zone="UTC")
+
+    if output == "json":
+        expected = json.loads(dry.getvalue())["differences"]
+        assert json.loads(real.getvalue())["differences"] == expected
+        assert json.loads(real.getvalue())["scheduledJob"]["metadata"]["uid"] == "sj-uid"
+        return
+    listed = dry.getvalue().partition("# What differs from the CronJob")[2]
+    assert listed.count("\n# - ") >= 5  # time zone, Forbid racing, missed slots, names, ...
+    assert listed in real.getvalue()  # the same list, and not "suspended" (adopt's own doing)
 
 
 @pytest.mark.parametrize(("admitted", "expected"), [(True, None), (False, "refused")])

@@ -18,6 +18,7 @@ from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.firing import next_firings
 from cronlease.kubectl.ledger import Verdict, build_ledger
 from cronlease.kubectl.output import Progress, age, colour, relative, table
+from cronlease.kubectl.serverclock import ServerClock
 from cronlease.kubectl.translate import translate
 from cronlease.kubectl.views import dead_letters, history, leader
 from cronlease.kubectl.window import check_name, parse_instant, parse_window
@@ -88,11 +89,10 @@ def test_translation_keeps_the_name_and_starts_after_the_last_slot() -> None:
     adoption = translate(cronjob(concurrencyPolicy="Forbid", successfulJobsHistoryLimit=5), NOW)
     manifest = adoption.manifest
     assert manifest["metadata"]["name"] == "nightly"  # the same Job names: one Job per slot
+    # No start point in the manifest: only adopt writes one, as it creates the object.
     assert manifest["metadata"]["annotations"] == {
         "a": "b",
         "cronlease.io/adopted-from": "cronjob/nightly",
-        "cronlease.io/adopted-after": "2026-12-01T11:55:00Z",
-        "cronlease.io/start-after": "2026-12-01T11:55:00Z",
     }
     assert manifest["spec"] == {
         "schedule": "*/5 * * * *",
@@ -102,6 +102,38 @@ def test_translation_keeps_the_name_and_starts_after_the_last_slot() -> None:
         "jobTemplate": {"spec": {"template": {}}, "metadata": {"labels": {"l": "v"}}},
     }
     assert adoption.start_after == datetime(2026, 12, 1, 11, 55, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("job_slot", "start", "since"),
+    [
+        (None, "2026-12-01T11:55:00Z", "lastScheduleTime 2026-12-01T11:55:00Z"),
+        ("2026-12-01T12:00:00Z", "2026-12-01T12:00:00Z", "its latest Job's slot"),
+        ("2026-12-01T11:50:00Z", "2026-12-01T11:55:00Z", "lastScheduleTime 2026-12-01T11:55:00Z"),
+    ],
+)
+def test_the_start_is_the_later_of_the_status_and_the_latest_job(
+    job_slot: str | None, start: str, since: str
+) -> None:
+    """Not capped by "now": the operator caps it at the object's creation (the server's clock)."""
+    later = datetime.fromisoformat(job_slot) if job_slot else None
+    adoption = translate(cronjob(), NOW - timedelta(hours=1), job_slot=later)
+    assert adoption.start_after == datetime.fromisoformat(start)
+    missed = next(d for d in adoption.differences if d.startswith("missed slots"))
+    assert f"since {since}" in missed
+
+
+def test_the_server_clock_reads_date_headers_on_the_monotonic_clock() -> None:
+    ticks = iter([100.0, 100.4, 130.0, 160.0])
+    clock = ServerClock(lambda: next(ticks))
+    assert clock.now() is None  # no answer yet
+    clock.observe("Tue, 01 Dec 2026 12:00:30 GMT")  # read at 100.0
+    clock.observe("Tue, 01 Dec 2026 12:00:30 GMT")  # the same second again: the first reading
+    clock.observe("not a date")
+    clock.observe(None)
+    assert clock.now() == datetime(2026, 12, 1, 12, 0, 30, 400000, tzinfo=UTC)  # at 100.4
+    clock.observe("Tue, 01 Dec 2026 12:01:00 GMT")  # read at 130.0
+    assert clock.now() == datetime(2026, 12, 1, 12, 1, 30, tzinfo=UTC)  # at 160.0
 
 
 def _topics(differences: tuple[str, ...]) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -16,6 +17,7 @@ from urllib3.exceptions import HTTPError
 
 from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
 from cronlease.kubectl.errors import PluginError
+from cronlease.kubectl.serverclock import ServerClock
 
 T = TypeVar("T")
 
@@ -38,6 +40,11 @@ class Api:
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.clock = ServerClock()
+
+    def server_now(self) -> datetime | None:
+        """The API server's time, from the Date of its latest answer; None before any."""
+        return self.clock.now()
 
     # --- ScheduledJobs and RunRequests ---------------------------------------------------------
 
@@ -168,9 +175,11 @@ class Api:
         try:
             response = call()
         except ApiException as error:
+            self.clock.observe((error.headers or {}).get("Date"))  # an error is an answer too
             raise PluginError(_api_message(error, what)) from None
         except HTTPError as error:
             raise PluginError(f"cannot reach the API server: {error}") from None
+        self.clock.observe(response.headers.get("Date"))
         data = json.loads(response.data)
         if not isinstance(data, dict):
             raise PluginError(f"unexpected answer for {what}")

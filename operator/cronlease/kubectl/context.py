@@ -51,6 +51,14 @@ class Context:
         """The namespace to list in; None for all (-A)."""
         return None if self.all_namespaces else self.ns
 
+    def server_now(self) -> datetime:
+        """The API server's time (the Date of its latest answer, so call it after one): what
+        the operator decides on; the host's clock (`clock`) may be off either way."""
+        now = self.api.server_now()
+        if now is None:
+            raise PluginError("the API server's answers carry no Date header: its time is unknown")
+        return now
+
     def print(self, text: str) -> None:
         self.out.write(text + "\n")
 

@@ -2,6 +2,12 @@
 difference that applies to that CronJob. Pure: the CronJob object and "now" in, the manifest and
 the differences out; a CronJob cronlease would read differently is refused with one line.
 
+The manifest carries no start point (`cronlease.io/start-after`): applied as it is, it starts at
+its own creation like any new ScheduledJob, however long after the dry run that printed it. Only
+`adopt` itself adds one, at the CronJob's last slot read after it suspended the CronJob, in the
+same breath as it creates the object; a point read earlier would be stale by the time a saved
+manifest is applied, and the operator would run the slots after it that the CronJob already ran.
+
 The ScheduledJob keeps the CronJob's name on purpose: both name a slot's Job
 `<name>-<minutes since the epoch>` (`cronlease.naming.scheduled_job_name`), so a slot the CronJob
 runs at the very moment of the handover and the same slot run by cronlease are one Job name, and
@@ -20,7 +26,7 @@ from cronlease import GROUP, KIND, VERSION
 from cronlease.cron import EVERY, Schedule, ScheduleError
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.firing import next_firings
-from cronlease.naming import ANNOTATION_START_AFTER, MAX_NAME_LENGTH, format_time, parse_time
+from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time
 
 ANNOTATION_ADOPTED_FROM = f"{GROUP}/adopted-from"
 # The slot the CronJob ran last, kept for `audit` (the ScheduledJob's slots begin after it) once
@@ -45,8 +51,16 @@ def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def translate(cronjob: dict[str, Any], now: datetime, assumed_zone: str = "UTC") -> Adoption:
-    """The ScheduledJob that takes over `cronjob`, its cursor at the CronJob's last slot."""
+def translate(
+    cronjob: dict[str, Any],
+    now: datetime,
+    assumed_zone: str = "UTC",
+    job_slot: datetime | None = None,
+) -> Adoption:
+    """The ScheduledJob that takes over `cronjob`, and where it starts: after the CronJob's last
+    slot, by its status or by `job_slot` (its latest Job's, which may land after the status
+    write), whichever is later. `now` is the API server's time: only the differences read it
+    (the operator caps the start point at the object's creation, its own clock)."""
     metadata = _mapping(cronjob.get("metadata"))
     spec = _mapping(cronjob.get("spec"))
     name = metadata.get("name")
@@ -81,11 +95,23 @@ def translate(cronjob: dict[str, Any], now: datetime, assumed_zone: str = "UTC")
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise PluginError(f"{where}: spec.jobTemplate.spec is missing")
     created = parse_time(metadata.get("creationTimestamp")) or now
-    last = parse_time(_mapping(cronjob.get("status")).get("lastScheduleTime"))
-    start_after = min(last or created, now)
-    manifest = _manifest(cronjob, name, schedule, zone, template, start_after)
-    differences = _differences(spec, schedule, zone_field, start_after, last, now)
+    status_last = parse_time(_mapping(cronjob.get("status")).get("lastScheduleTime"))
+    last = max((t for t in (status_last, job_slot) if t is not None), default=None)
+    start_after = last or created
+    manifest = _manifest(cronjob, name, schedule, zone, template)
+    differences = _differences(
+        spec, schedule, zone_field, start_after, _since(last, status_last), now
+    )
     return Adoption(manifest, start_after, tuple(differences))
+
+
+def _since(last: datetime | None, status_last: datetime | None) -> str:
+    """Where the CronJob stopped, and which record says so."""
+    if last is None:
+        return "its creation (it never ran)"
+    if last == status_last:
+        return f"lastScheduleTime {format_time(last)}"
+    return f"its latest Job's slot {format_time(last)}"
 
 
 def _manifest(
@@ -94,7 +120,6 @@ def _manifest(
     schedule: Schedule,
     zone: str,
     template: dict[str, Any],
-    start_after: datetime,
 ) -> dict[str, Any]:
     metadata = _mapping(cronjob.get("metadata"))
     spec = _mapping(cronjob.get("spec"))
@@ -104,8 +129,6 @@ def _manifest(
         if isinstance(value, str) and not key.startswith(_NOT_CARRIED)
     }
     annotations[ANNOTATION_ADOPTED_FROM] = f"cronjob/{name}"
-    annotations[ANNOTATION_ADOPTED_AFTER] = format_time(start_after)
-    annotations[ANNOTATION_START_AFTER] = format_time(start_after)
     new_metadata: dict[str, Any] = {"name": name}
     if isinstance(metadata.get("namespace"), str):
         new_metadata["namespace"] = metadata["namespace"]
@@ -146,7 +169,7 @@ def _differences(
     schedule: Schedule,
     zone_field: str | None,
     start_after: datetime,
-    last: datetime | None,
+    since: str,
     now: datetime,
 ) -> list[str]:
     found: list[str] = []
@@ -181,7 +204,7 @@ def _differences(
             "Replace: cronlease replaces only its own runs, so adopt waits for the CronJob's "
             "running Jobs to end before it hands over"
         )
-    found.append(_missed(spec, schedule, start_after, last, now))
+    found.append(_missed(spec, schedule, start_after, since, now))
     found.append(
         "Job names stay <name>-<minutes since the epoch>: a slot the CronJob ran at the "
         "handover keeps its Job, and cronlease records that slot as NameConflict (a Warning "
@@ -206,10 +229,9 @@ def _missed(
     spec: dict[str, Any],
     schedule: Schedule,
     start_after: datetime,
-    last: datetime | None,
+    since: str,
     now: datetime,
 ) -> str:
-    since = f"lastScheduleTime {format_time(last)}" if last else "its creation (it never ran)"
     if spec.get("suspend") is True:
         return (
             f"suspended: the ScheduledJob is created suspended, its cursor at {since}; slots "
