@@ -35,6 +35,7 @@ from hypothesis.stateful import (
 )
 from shell import Shell
 
+from cronlease.applier import Outcome
 from cronlease.jobinfo import job_info
 from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
 from cronlease.leadership import SoleLeader
@@ -173,10 +174,14 @@ class History(RuleBasedStateMachine):
             self.sync()
         self.reconcile()
 
-    def reconcile(self) -> None:
+    def reconcile(self) -> bool:
+        """Whether every reconcile was done (not stale: the operator decides again at once)."""
         keys = {(NAMESPACE, NAME), *self.shell.wakeups.pop_due()}
+        done = True
         for key in sorted(keys):
-            self.run(self.shell.scheduler.reconcile(key))
+            applied = self.run(self.shell.scheduler.reconcile(key))
+            done = done and applied.outcome is Outcome.DONE
+        return done
 
     @rule(what=st.sampled_from(["create", "status"]), lose=st.booleans())
     def next_write_fails(self, what: str, lose: bool) -> None:
@@ -325,11 +330,12 @@ class History(RuleBasedStateMachine):
                 # Every run is let finish: whatever is active succeeds, attempts still due are
                 # made (time passes beyond any delay) and succeed, until nothing is left to do;
                 # the later rounds make no new slot due, only end the runs (a backfill's one by
-                # one) and release them, until a round changes nothing.
+                # one) and release them, until a round changes nothing and no decision in it was
+                # stale (the operator decides again at once after one).
                 for round_ in range(100):
                     before = len(self.server.history)
                     self.sync()
-                    self.reconcile()
+                    settled = self.reconcile()
                     self.sync()
                     for job in self.jobs():
                         if not job.get("status", {}).get("conditions"):
@@ -338,7 +344,7 @@ class History(RuleBasedStateMachine):
                     if round_ < 3:
                         self.now += timedelta(seconds=30)
                         self.shell.now = self.now
-                    elif len(self.server.history) == before:
+                    elif settled and len(self.server.history) == before:
                         break
                 self.sync()
                 self.nothing_recorded_is_held()
