@@ -27,11 +27,21 @@ class SkipReason(enum.StrEnum):
     PAUSED = "Paused"
     # BufferOne or BufferAll had as many slots waiting as it keeps (cronlease.overlap).
     BUFFER_FULL = "BufferFull"
+    # An edit set runAt to an instant at or before processedUntil: run or skipped before (a
+    # GitOps revert), or passed by the cursor; an instant is processed once in an object's life.
+    ALREADY_PROCESSED = "AlreadyProcessed"
 
 
 # Skips the user asked for (a policy, a suspension) are Normal Events, as CronJob's
 # JobAlreadyActive is; the others say something went wrong and are Warnings.
-EXPECTED_SKIPS = frozenset({SkipReason.CONCURRENCY_FORBID, SkipReason.SUSPENDED, SkipReason.PAUSED})
+EXPECTED_SKIPS = frozenset(
+    {
+        SkipReason.CONCURRENCY_FORBID,
+        SkipReason.SUSPENDED,
+        SkipReason.PAUSED,
+        SkipReason.ALREADY_PROCESSED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,29 +209,54 @@ def _cursor(
     sj: ScheduledJobView, spec: Spec, status: dict[str, Any], now: datetime, decision: Decision
 ) -> datetime | None:
     """Where processing resumes. A new or edited schedule starts at creation or at the edit, so an
-    edit never runs a slot retroactively; a new runAt starts unprocessed (None), so it runs."""
+    edit never runs a slot retroactively; a new runAt runs if it is after the cursor.
+
+    No edit moves processedUntil back: every instant at or before it was run or recorded as
+    skipped, under whatever schedule or runAt held then, and the Jobs that showed it may be gone
+    (TTL, history cleanup). So a runAt reverted to an instant that ran (X, Y, X again), or set to
+    a slot its schedule ran, is recorded as skipped (AlreadyProcessed), and a schedule edit by a
+    leader whose clock is behind resumes from the cursor, not from its own now."""
     observed = status.get("observedSchedule")
+    processed = parse_time(status.get("processedUntil"))
     if observed == spec.trigger_key:
-        processed = parse_time(status.get("processedUntil"))
         if processed is None and spec.schedule is not None:
             return now  # a status edited by hand: resume from now rather than guess
         return processed
     status["observedSchedule"] = spec.trigger_key
     if spec.run_at is not None:
-        status.pop("processedUntil", None)
-        return None
+        if processed is not None and spec.run_at <= processed:
+            _skip_processed(decision, spec.run_at, processed)
+        return processed
     if observed is not None:
+        resume = now if processed is None else max(now, processed)
         decision.events.append(
             EventRecord(
                 EventType.NORMAL,
                 "ScheduleChanged",
                 f"schedule is now {spec.schedule.expression if spec.schedule else ''!s} "
                 f"({spec.schedule.time_zone if spec.schedule else ''}); slots before "
-                f"{format_time(now)} will not run",
+                f"{format_time(resume)} will not run",
             )
         )
-        return now
+        return resume
     return first_cursor(sj.created_at, sj.annotations)
+
+
+def _skip_processed(decision: Decision, run_at: datetime, processed: datetime) -> None:
+    """A runAt edited to an instant the object has processed: counted once, at the edit (the
+    next decisions see it processed, as after it ran), and said in words a user can act on."""
+    reason = SkipReason.ALREADY_PROCESSED
+    decision.skips.append(SkippedSlots(reason, 1, run_at))
+    decision.events.append(
+        EventRecord(
+            EventType.NORMAL,
+            f"Skipped{reason.value}",
+            f"runAt {format_time(run_at)} not run: it is at or before processedUntil "
+            f"{format_time(processed)}, and an instant this ScheduledJob processed (ran or "
+            "skipped) never runs again; to run again, use the cronlease.io/run-now annotation "
+            "or a RunRequest, or set runAt after processedUntil",
+        )
+    )
 
 
 def first_cursor(created_at: datetime, annotations: dict[str, str]) -> datetime:

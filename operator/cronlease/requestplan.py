@@ -7,10 +7,17 @@ Jobs hold the slot-record finalizer until the request's status records their res
 can vanish (TTL, a user, history cleanup) before the request has counted it. A request that is
 deleted is cancelled: no target is started after its deletion is seen, and its Jobs are
 released; the runs it started go on, as runs of the ScheduledJob.
+
+Across requests, a run is replayed once while it is being replayed (issue 33, finding 10): a
+replay accepted while another running request still has the same run to replay, or is replaying
+it, records that holder with the target (`heldBy`), and skips the target (SkippedAlreadyRequested,
+`skippedIndexes`) once the holder has started it, or when it comes to the target and the holder
+may still start it. A holder deleted or failed before starting it leaves it to the later request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +44,7 @@ from cronlease.naming import (
 from cronlease.runrequest import (
     MAX_STARTS_PER_DECISION,
     MAX_TARGETS,
+    Holder,
     ReplayTarget,
     RequestAction,
     RequestError,
@@ -73,6 +81,10 @@ class RequestContext:
     max_attempts: int
     now: datetime
     keep: set[str] = field(default_factory=set)  # uids of Jobs history cleanup must leave
+    # The requests' statuses by uid, as this decision has them so far (a request not here is
+    # gone: deleted), and which request holds each run being replayed (_holders).
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    holders: dict[str, Holder] = field(default_factory=dict)
 
 
 def settled_request_runs(requests: Sequence[RunRequestView], jobs: Sequence[JobInfo]) -> set[str]:
@@ -98,6 +110,8 @@ def plan_requests(
     start its next targets, write its status. Adds to `context.keep` the Jobs whose result a
     request has not yet recorded."""
     ordered = sorted(requests, key=lambda r: (r.created_at or context.now, r.name))
+    context.statuses = {request.uid: request.status for request in ordered}
+    context.holders = _holders(ordered)
     for request in ordered:
         status = dict(request.status)
         marks = (len(decision.runs), len(decision.recorded), len(decision.labels))
@@ -111,6 +125,7 @@ def plan_requests(
             del decision.labels[marks[2] :], decision.events[events:]
             context.busy, status = busy, dict(request.status)
             _fail(request, status, f"cannot be carried out: {type(error).__name__}", decision)
+        context.statuses[request.uid] = status
         if status != request.status:
             decision.requests.append(
                 RequestStatus(request.ref, request.version, request.status, status)
@@ -155,9 +170,11 @@ def _advance(
     total, started = count(status, "total"), count(status, "started")
     status["active"] = active
     if status.get("phase") == RequestPhase.RUNNING and started >= total and not active:
-        failed = count(status, "failed")
+        failed, skipped = count(status, "failed"), count(status, "skipped")
         status.update(phase=RequestPhase.COMPLETE.value, completedAt=format_time(context.now))
-        status["message"] = f"{total - failed} of {total} run(s) succeeded"
+        status["message"] = f"{total - failed - skipped} of {total} run(s) succeeded"
+        if skipped:
+            status["message"] += f", {skipped} skipped: replayed by another request"
         decision.events.append(
             EventRecord(
                 EventType.WARNING if failed else EventType.NORMAL,
@@ -185,10 +202,17 @@ def _accept(
         window = f"{format_time(spec.start)} to {format_time(spec.end)}"
         what = f"backfill of {total} slot(s) from {window}"
     else:
-        targets = _resolve_replay(context, spec)
+        targets = _claim(context, request, _resolve_replay(context, spec))
         status["targets"] = [target.to_status() for target in targets]
         total = len(targets)
         what = f"replay of {total} run(s)"
+        holders = sorted({target.held_by.name for target in targets if target.held_by})
+        if holders:
+            held = sum(1 for target in targets if target.held_by)
+            what += (
+                f"; {held} of them being replayed by request {', '.join(holders)}, "
+                "which this one leaves them to"
+            )
     status.update(
         phase=RequestPhase.RUNNING.value,
         message=what,
@@ -233,7 +257,8 @@ def _resolve_replay(context: RequestContext, spec: RequestSpec) -> list[ReplayTa
         letters.sort(key=lambda run: (run.latest.slot or context.now, run.name))
         return [_target(run) for run in letters[:MAX_TARGETS]]
     by_job = {job.name: run for run in context.runs.values() for job in run.attempts}
-    targets = []
+    targets: list[ReplayTarget] = []
+    named: dict[str, int] = {}
     for index, name in enumerate(spec.runs):
         run = context.runs.get(name) or by_job.get(name)
         if run is None:
@@ -241,8 +266,55 @@ def _resolve_replay(context: RequestContext, spec: RequestSpec) -> list[ReplayTa
                 f"spec.replay.runs[{index}]: {context.name} has no run or Job named {name} "
                 "(its Jobs may be gone: history limits, TTL)"
             )
+        if run.name in named:  # by the run's name and one of its Jobs', or two of its Jobs
+            raise RequestError(
+                f"spec.replay.runs[{index}]: {name} is run {run.name}, which "
+                f"spec.replay.runs[{named[run.name]}] names already: a run is replayed once"
+            )
+        named[run.name] = index
         targets.append(_target(run))
     return targets
+
+
+def _holders(requests: Sequence[RunRequestView]) -> dict[str, Holder]:
+    """Which request holds each run that running replays have still to replay or are
+    replaying: the first in decision order, preferring a target that found no holder at its
+    acceptance (one that did may yet run the run, if its own holder goes)."""
+    holders: dict[str, Holder] = {}
+    for held in (False, True):
+        for request in requests:
+            if request.status.get("phase") != RequestPhase.RUNNING:
+                continue
+            ended = _ended(request.status)
+            for index, target in enumerate(replay_targets(request.status) or []):
+                if index not in ended and (target.held_by is not None) == held:
+                    holders.setdefault(target.run, Holder(request.name, request.uid, index))
+    return holders
+
+
+def _claim(
+    context: RequestContext, request: RunRequestView, targets: list[ReplayTarget]
+) -> list[ReplayTarget]:
+    """The targets of a replay being accepted, each with the request that holds its run if
+    another does; the runs no other holds are this request's from now on."""
+    claimed = []
+    for index, target in enumerate(targets):
+        holder = context.holders.get(target.run)
+        if holder is not None and holder.uid != request.uid:
+            target = dataclasses.replace(target, held_by=holder)
+        else:
+            context.holders[target.run] = Holder(request.name, request.uid, index)
+        claimed.append(target)
+    return claimed
+
+
+def _ended(status: dict[str, Any]) -> set[int]:
+    """The targets whose run the request has recorded as ended, or skipped."""
+    return (
+        parse_indexes(status.get("succeededIndexes"))
+        | parse_indexes(status.get("failedIndexes"))
+        | parse_indexes(status.get("skippedIndexes"))
+    )
 
 
 def _target(run: Run) -> ReplayTarget:
@@ -264,13 +336,14 @@ def _record_results(
     )
     succeeded = parse_indexes(status.get("succeededIndexes"))
     failed = parse_indexes(status.get("failedIndexes"))
+    skipped = parse_indexes(status.get("skippedIndexes"))
     active = 0
     # The runs below the cursor, and any above it (made before a cursor write that was lost).
     for index in sorted(set(range(count(status, "started"))) | set(by_index)):
         run = by_index.get(index)
         if run is not None and index not in persisted:
             context.keep.update(job.uid for job in run.attempts)
-        if index in succeeded or index in failed:
+        if index in succeeded or index in failed or (index in skipped and run is None):
             continue
         outcome = context.outcomes.get(run.name) if run is not None else None
         if outcome is RunOutcome.SUCCEEDED:
@@ -281,6 +354,7 @@ def _record_results(
             failed.add(index)
     _set_indexes(status, "succeeded", succeeded)
     _set_indexes(status, "failed", failed)
+    _set_indexes(status, "skipped", skipped - succeeded - failed)
     return active
 
 
@@ -320,6 +394,8 @@ def _start_targets(
             _fail(request, status, "status.targets was edited; the request cannot go on", decision)
             return 0
         targets = replays
+        _skip_started_elsewhere(context, request, targets, status, decision)
+    skipped = parse_indexes(status.get("skippedIndexes"))
     if spec.policy is RequestPolicy.ALLOW and context.spec.concurrency_policy is (
         ConcurrencyPolicy.ALLOW
     ):
@@ -348,6 +424,14 @@ def _start_targets(
             decision.recorded.append((run, existing))
             started, begun = started + 1, begun + 1
             continue
+        if started in skipped:
+            started += 1
+            continue
+        why = _replayed_elsewhere(context, spec, target, decision)
+        if why is not None:  # decided when the cursor comes to it, whatever becomes of the holder
+            _skip_target(request, status, started, target, why, decision)
+            started += 1  # no run, no budget: a skip waits for nothing
+            continue
         if not budget:
             break
         if name in context.taken:
@@ -371,6 +455,105 @@ def _start_targets(
     if started < total and budget:
         decision.wake_at = context.now  # the rest of the targets, in the next decision
     return begun
+
+
+def _skip_started_elsewhere(
+    context: RequestContext,
+    request: RunRequestView,
+    targets: list[ReplayTarget],
+    status: dict[str, Any],
+    decision: Decision,
+) -> None:
+    """Targets beyond the cursor whose holder has started their run are skipped at once, not
+    when the cursor comes to them: the holder may be deleted meanwhile, and its Jobs with it,
+    and then nothing would tell that the run was replayed."""
+    skipped = parse_indexes(status.get("skippedIndexes"))
+    for index in range(count(status, "started"), len(targets)):
+        target = targets[index]
+        if index in skipped or target.held_by is None:
+            continue
+        own = request_job_name(context.name, TRIGGER_REPLAY, request.uid, index)
+        if any(job.name == own for job in context.owned):
+            continue  # started by this request before its cursor was written: it ran here
+        holder = target.held_by
+        if _same_run(context, holder, target.run) and _started_by(context, holder, decision):
+            _skip_target(request, status, index, target, _requested(holder), decision)
+
+
+def _replayed_elsewhere(
+    context: RequestContext, spec: RequestSpec, target: ReplayTarget, decision: Decision
+) -> tuple[str, str] | None:
+    """Why this replay must not run the target (an Event's reason and words), if it must not:
+    its holder replayed the run, replays it or still may; or, replaying the dead letters, the run
+    is a dead letter no more, since some replay relabelled it (a holder before this rule)."""
+    holder = target.held_by
+    if holder is not None and _holds(context, holder, target.run, decision):
+        return _requested(holder)
+    if spec.dead_letters and context.outcomes.get(target.run) is RunOutcome.REPLAYED:
+        return "SkippedAlreadyReplayed", "it is a dead letter no more: it was replayed"
+    return None
+
+
+def _requested(holder: Holder) -> tuple[str, str]:
+    return "SkippedAlreadyRequested", f"request {holder.name} replays it"
+
+
+def _holds(context: RequestContext, holder: Holder, run: str, decision: Decision) -> bool:
+    """Whether the request that held `run` at this one's acceptance replayed it, replays it or
+    may still: it started it, or it exists and has not failed before starting it. One deleted
+    before starting it left it, unless a replay (its, lost with it) relabelled the dead letter."""
+    if not _same_run(context, holder, run):
+        return False
+    if _started_by(context, holder, decision):
+        return True
+    status = context.statuses.get(holder.uid)
+    if status is None:
+        return context.outcomes.get(run) is RunOutcome.REPLAYED
+    if holder.index in parse_indexes(status.get("skippedIndexes")):
+        return False  # it left the run to its own holder: judged by this request's own rules
+    if status.get("phase") == RequestPhase.FAILED:
+        return holder.index < count(status, "started")
+    return True
+
+
+def _same_run(context: RequestContext, holder: Holder, run: str) -> bool:
+    """Whether the holder's target is still `run`: a holder whose acceptance was lost is
+    accepted again, and its targets may have moved (dead letters came or went meanwhile)."""
+    status = context.statuses.get(holder.uid)
+    targets = replay_targets(status) if status is not None else None
+    if targets is None:
+        return True  # gone, or not accepted (again) yet: its index is all there is to go by
+    return holder.index < len(targets) and targets[holder.index].run == run
+
+
+def _started_by(context: RequestContext, holder: Holder, decision: Decision) -> bool:
+    """Whether the holder's target has a run: a Job, or one this decision creates."""
+    planned = (run.request for run in decision.runs)
+    return any(
+        job.request_uid == holder.uid and job.request_index == holder.index for job in context.owned
+    ) or any(p is not None and (p.uid, p.index) == (holder.uid, holder.index) for p in planned)
+
+
+def _skip_target(
+    request: RunRequestView,
+    status: dict[str, Any],
+    index: int,
+    target: ReplayTarget,
+    why: tuple[str, str],
+    decision: Decision,
+) -> None:
+    """Recorded in status (`skippedIndexes`, `skipped`) and said in a Normal Event."""
+    skipped = parse_indexes(status.get("skippedIndexes")) | {index}
+    _set_indexes(status, "skipped", skipped)
+    reason, words = why
+    decision.events.append(
+        EventRecord(
+            EventType.NORMAL,
+            reason,
+            f"target {index} (run {target.run}, slot {format_time(target.slot)}) not run: {words}",
+            request.ref,
+        )
+    )
 
 
 def _mark_replayed(

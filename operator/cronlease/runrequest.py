@@ -162,18 +162,47 @@ def scheduled_job_of(obj: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
+class Holder:
+    """The target of another request that held a run when this request was accepted: that
+    request replays the run (or will), so this one does not (issue 33, finding 10)."""
+
+    name: str
+    uid: str
+    index: int
+
+    def to_status(self) -> dict[str, str | int]:
+        return {"name": self.name, "uid": self.uid, "index": self.index}
+
+    @classmethod
+    def from_status(cls, entry: object) -> Holder | None:
+        """Totally: None for anything but the operator's own form."""
+        if not isinstance(entry, dict):
+            return None
+        name, uid, index = entry.get("name"), entry.get("uid"), entry.get("index")
+        if not isinstance(name, str) or not isinstance(uid, str) or not name or not uid:
+            return None
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_TARGETS:
+            return None
+        return cls(name, uid, index)
+
+
+@dataclass(frozen=True)
 class ReplayTarget:
     """A run a replay runs again: its slot (and run-now token), kept in status from acceptance,
-    so that the replay keeps the original's idempotency key when the original's Jobs are gone."""
+    so that the replay keeps the original's idempotency key when the original's Jobs are gone;
+    and the request that held the run then, if one did."""
 
     run: str
     slot: datetime
     run_now_token: str | None = None
+    held_by: Holder | None = None
 
-    def to_status(self) -> dict[str, str]:
-        entry = {"run": self.run, "slot": format_time(self.slot)}
+    def to_status(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"run": self.run, "slot": format_time(self.slot)}
         if self.run_now_token:
             entry["runNowToken"] = self.run_now_token
+        if self.held_by is not None:
+            entry["heldBy"] = self.held_by.to_status()
         return entry
 
 
@@ -188,7 +217,12 @@ def replay_targets(status: dict[str, Any]) -> list[ReplayTarget] | None:
         if slot is None or not isinstance(entry.get("run"), str):
             return None
         token = entry.get("runNowToken")
-        targets.append(ReplayTarget(entry["run"], slot, token if isinstance(token, str) else None))
+        held_by = Holder.from_status(entry.get("heldBy"))
+        if held_by is None and entry.get("heldBy") is not None:
+            return None
+        targets.append(
+            ReplayTarget(entry["run"], slot, token if isinstance(token, str) else None, held_by)
+        )
     return targets
 
 

@@ -139,3 +139,19 @@ def test_a_request_keeps_the_latest_status_it_was_seen_with() -> None:
         2,
         1,
     )
+
+
+def test_a_skipped_target_needs_no_run_and_must_have_none() -> None:
+    """A replay skips a target another request replays (issue 33): it has no run, and
+    succeeded + failed + skipped is the total."""
+    skipping = request(succeeded=2, skipped={1})
+    assert audit([skipping], sighted(job(0), job(2)))["complete_targets_without_run"] == 0
+    assert audit([skipping], sighted(job(0), job(2)))["complete_counts_wrong"] == 0
+    assert audit([skipping], sighted(job(0), job(1), job(2)))["complete_counts_wrong"] == 1
+    assert audit([request(skipped={1})], sighted(job(0), job(2)))["complete_counts_wrong"] == 1
+
+
+def test_a_request_takes_its_skipped_targets_from_its_status() -> None:
+    seen_request = request(phase="Running", succeeded=0)
+    seen_request.observe({"status": {"phase": "Complete", "skippedIndexes": "0-1,x"}})
+    assert seen_request.skipped == {0, 1}

@@ -4,12 +4,13 @@ Hypothesis drives one ScheduledJob through any interleaving of time passing, dec
 current or a lagging model), creates and status writes whose responses are lost or refused,
 Jobs succeeding and failing (with retries, or without), deletions by TTL, by users and by
 history cleanup, orphaning, corrupted annotations and labels, leader crashes and handovers, and
-host clock jumps, and backfill requests (made, deleted, their status writes lost). After every
-step:
+host clock jumps, and backfill and replay requests (made, deleted, their status writes lost;
+replays of the dead letters made again while the first runs). After every step:
 - no slot ever had two Jobs, and no attempt two: no Job name was stored twice in the server's
   whole history, and no run has more attempts than spec.retry allows;
 - the status accounts for every slot up to its cursor exactly once: runs + skips = slots, where
-  the slots are counted by arithmetic on the schedule (every 10 s), not by the operator's cron.
+  the slots are counted by arithmetic on the schedule (every 10 s), not by the operator's cron;
+- no run was replayed twice, however many requests replayed the dead letters.
 At the end, with the faults gone and every run let finish, no Job still holds the slot-record
 finalizer for a recorded slot: nothing is left that would block a namespace deletion.
 """
@@ -35,6 +36,7 @@ from hypothesis.stateful import (
 )
 from shell import Shell
 
+from cronlease.applier import Outcome
 from cronlease.jobinfo import job_info
 from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
 from cronlease.leadership import SoleLeader
@@ -49,9 +51,12 @@ from cronlease.naming import (
     LABEL_RETRIED,
     LABEL_RUN,
     LABEL_SCHEDULEDJOB,
+    LABEL_TRIGGER,
+    TRIGGER_REPLAY,
     format_time,
     parse_time,
 )
+from cronlease.runrequest import parse_indexes
 
 NAME = "report"
 PERIOD = 10  # seconds: the schedule below
@@ -81,6 +86,7 @@ class History(RuleBasedStateMachine):
         self.shell = self._leader()
         self.fed = 0  # how much of the server's history the model has been fed
         self.requests = 0  # RunRequests made so far
+        self.replays = 0  # of them, replays of the dead letters
         self.watch = _Watch(JOBS, NAMESPACE, LABEL_SCHEDULEDJOB)
 
     def _leader(self) -> Shell:
@@ -173,10 +179,14 @@ class History(RuleBasedStateMachine):
             self.sync()
         self.reconcile()
 
-    def reconcile(self) -> None:
+    def reconcile(self) -> bool:
+        """Whether every reconcile was done (not stale: the operator decides again at once)."""
         keys = {(NAMESPACE, NAME), *self.shell.wakeups.pop_due()}
+        done = True
         for key in sorted(keys):
-            self.run(self.shell.scheduler.reconcile(key))
+            applied = self.run(self.shell.scheduler.reconcile(key))
+            done = done and applied.outcome is Outcome.DONE
+        return done
 
     @rule(what=st.sampled_from(["create", "status"]), lose=st.booleans())
     def next_write_fails(self, what: str, lose: bool) -> None:
@@ -269,6 +279,46 @@ class History(RuleBasedStateMachine):
         if status_lost:
             self.server.lose("PATCH", r"runrequests/.*/status$")
 
+    def unfinished(self) -> list[dict[str, Any]]:
+        return [job for job in self.jobs() if not (job.get("status") or {}).get("conditions")]
+
+    @precondition(lambda self: self.replays < 3 and self.attempts is not None)
+    @rule(
+        data=st.data(),
+        policy=st.sampled_from(["Forbid", "Allow"]),
+        status_lost=st.booleans(),
+        twice=st.booleans(),
+    )
+    def a_user_replays_the_dead_letters(
+        self, data: st.DataObject, policy: str, status_lost: bool, twice: bool
+    ) -> None:
+        """A run fails for good (a podFailurePolicy FailJob: no retry, a dead letter), and the
+        user runs `kubectl cronlease replay --dead-letters`, with `twice` the same again at once
+        (another one while the first still runs comes from a later step)."""
+        unfinished = self.unfinished()
+        if unfinished and data.draw(st.booleans(), label="a run fails for good"):
+            job = data.draw(st.sampled_from(unfinished))
+            failure = {"status": failed(self.now, "PodFailurePolicy")}
+            self.server.edit(*JOBS, NAMESPACE, job["metadata"]["name"], failure)
+        for _ in range(2 if twice else 1):
+            self.requests += 1
+            self.replays += 1
+            spec = {
+                "scheduledJobName": NAME,
+                "replay": {"deadLetters": True},
+                "concurrencyPolicy": policy,
+            }
+            self.server.put(
+                {
+                    "apiVersion": "cronlease.io/v1alpha1",
+                    "kind": "RunRequest",
+                    "metadata": {"name": f"again-{self.requests}", "namespace": NAMESPACE},
+                    "spec": spec,
+                }
+            )
+        if status_lost:
+            self.server.lose("PATCH", r"runrequests/.*/status$")
+
     @precondition(lambda self: bool(self.server.items(*RUNREQUESTS, NAMESPACE)))
     @rule(data=st.data())
     def a_user_deletes_a_request(self, data: st.DataObject) -> None:
@@ -306,6 +356,30 @@ class History(RuleBasedStateMachine):
             assert len(numbers) <= (self.attempts or 1), (run, sorted(numbers))
 
     @invariant()
+    def no_run_was_replayed_twice(self) -> None:
+        """Each replay's run is a target of its request (the request's status.targets, as the
+        server stored it, names the run it replays); no run has two replays. Only requests for
+        every dead letter are made here, and a replayed dead letter is one no more."""
+        targets: dict[str, list[str]] = {}
+        replays: dict[str, list[str]] = {}
+        for _, change in self.server.history:
+            if change.resource == RUNREQUESTS and change.event_type != "DELETED":
+                entries = (change.obj.get("status") or {}).get("targets")
+                if isinstance(entries, list):
+                    targets[change.obj["metadata"]["uid"]] = [entry["run"] for entry in entries]
+            if change.resource != JOBS or change.event_type != "ADDED":
+                continue
+            metadata = change.obj["metadata"]
+            labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
+            if labels.get(LABEL_TRIGGER) != TRIGGER_REPLAY or labels.get(LABEL_ATTEMPT, "1") != "1":
+                continue
+            uid, index = annotations[ANNOTATION_REQUEST_UID], annotations[ANNOTATION_REQUEST_INDEX]
+            run = targets[uid][int(index)]
+            replays.setdefault(run, []).append(metadata["name"])
+        twice = {run: jobs for run, jobs in replays.items() if len(jobs) > 1}
+        assert not twice, twice
+
+    @invariant()
     def every_slot_up_to_the_cursor_is_accounted_for_once(self) -> None:
         obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)
         status = (obj or {}).get("status") or {}
@@ -325,11 +399,12 @@ class History(RuleBasedStateMachine):
                 # Every run is let finish: whatever is active succeeds, attempts still due are
                 # made (time passes beyond any delay) and succeed, until nothing is left to do;
                 # the later rounds make no new slot due, only end the runs (a backfill's one by
-                # one) and release them, until a round changes nothing.
+                # one) and release them, until a round changes nothing and no decision in it was
+                # stale (the operator decides again at once after one).
                 for round_ in range(100):
                     before = len(self.server.history)
                     self.sync()
-                    self.reconcile()
+                    settled = self.reconcile()
                     self.sync()
                     for job in self.jobs():
                         if not job.get("status", {}).get("conditions"):
@@ -338,12 +413,13 @@ class History(RuleBasedStateMachine):
                     if round_ < 3:
                         self.now += timedelta(seconds=30)
                         self.shell.now = self.now
-                    elif len(self.server.history) == before:
+                    elif settled and len(self.server.history) == before:
                         break
                 self.sync()
                 self.nothing_recorded_is_held()
                 self.no_attempt_was_lost()
                 self.every_target_ran()
+                self.no_run_was_replayed_twice()  # the requests' targets have run by now
         finally:
             for shell in self.shells:
                 self.run(shell.applier.drain())
@@ -380,9 +456,11 @@ class History(RuleBasedStateMachine):
             status = request.get("status") or {}
             assert status.get("phase") in ("Complete", "Failed"), request
             if status["phase"] == "Complete":
-                expected = set(range(status["total"]))
+                skipped = parse_indexes(status.get("skippedIndexes"))
+                expected = set(range(status["total"])) - skipped
                 assert made.get(request["metadata"]["uid"], set()) == expected, request
-                assert status["succeeded"] + status["failed"] == status["total"], request
+                counted = status["succeeded"] + status["failed"] + len(skipped)
+                assert counted == status["total"], request
 
     def nothing_recorded_is_held(self) -> None:
         obj = self.server.get(*SCHEDULEDJOBS, NAMESPACE, NAME)

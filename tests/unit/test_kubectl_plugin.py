@@ -20,7 +20,7 @@ from cronlease.kubectl.ledger import Verdict, build_ledger
 from cronlease.kubectl.output import Progress, age, colour, relative, table
 from cronlease.kubectl.serverclock import ServerClock
 from cronlease.kubectl.translate import translate
-from cronlease.kubectl.views import dead_letters, history, leader
+from cronlease.kubectl.views import dead_letters, history, leader, request_progress
 from cronlease.kubectl.window import check_name, parse_instant, parse_window
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
@@ -566,3 +566,10 @@ def test_next_works_without_a_cluster(capsys: pytest.CaptureFixture[str]) -> Non
         ["2026-12-08", "09:00:00"],
         ["2026-12-09", "09:00:00"],
     ]
+
+
+def test_request_progress_counts_the_targets_another_request_replays() -> None:
+    status = {"phase": "Complete", "total": 3, "started": 3, "succeeded": 1, "skipped": 2}
+    state = request_progress({"metadata": {"name": "again-2"}, "status": status})
+    assert (state.succeeded, state.failed, state.skipped, state.finished) == (1, 0, 2, True)
+    assert request_progress({"status": {"skipped": "two"}}).skipped == 0

@@ -920,7 +920,9 @@ def test_run_at_edit_to_the_future_resets_to_pending() -> None:
     )
 
     assert edited.runs == []
-    assert "processedUntil" not in edited.status
+    assert edited.skips == []
+    # The cursor stays: no edit moves it back (test_run_at_edits.py).
+    assert edited.status["processedUntil"] == ts(RUN_AT)
     assert edited.status["nextScheduleTime"] == ts(new_run_at)
     assert edited.wake_at == new_run_at
     assert completed(edited) == ("False", "Pending")

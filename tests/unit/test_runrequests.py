@@ -566,3 +566,265 @@ def test_under_cancel_other_a_target_waits_until_a_cancelled_run_is_gone() -> No
     assert world.created == []  # its pods may still run
     world.jobs = []
     assert len(world.step(finish=None).runs) == 1
+
+
+# Two replays of the same runs (issue 33, finding 10): `kubectl cronlease replay --dead-letters`
+# twice while the first request still runs. Each run is replayed once; the later request's
+# target is skipped, naming the request that holds it, unless that one never started it.
+
+D1, D2 = utc(2026, 1, 5, 9), utc(2026, 1, 5, 10)
+FIRST, SECOND = "again-1", "again-2"
+LETTERS = {"replay": {"deadLetters": True}}
+
+
+def replays_by_slot(world: World) -> dict[datetime, int]:
+    """How many replays each original slot had (first attempts: a replay's retries are one run)."""
+    counts: dict[datetime, int] = {}
+    for created in world.created:
+        if created.trigger == TRIGGER_REPLAY and created.attempt == 1:
+            assert created.slot is not None
+            counts[created.slot] = counts.get(created.slot, 0) + 1
+    return counts
+
+
+def letters_world(*requests: RunRequestView) -> World:
+    world = World(sj(retry=RETRY), *requests)
+    world.jobs = dead_letter(D1) + dead_letter(D2)
+    return world
+
+
+def finish(world: World, steps: int = 8) -> None:
+    """Decisions until the requests are done, every run ending as it is created (and those
+    left running before, at the first)."""
+    for index in range(steps):
+        now = NOW + timedelta(seconds=index + 1)
+        world.jobs = [
+            dataclasses.replace(j, state=JobState.SUCCEEDED, finished_at=now)
+            if j.state is JobState.ACTIVE and j.name != "busy"
+            else j
+            for j in world.jobs
+        ]
+        world.step(now)
+
+
+def blocker() -> JobInfo:
+    """An unrelated active run: a Forbid request starts nothing while it runs."""
+    return job("busy", state=JobState.ACTIVE, slot=utc(2026, 1, 5, 19))
+
+
+def second_while_the_first_runs() -> World:
+    world = letters_world(request(LETTERS, name=FIRST))
+    world.accept()
+    world.step(finish=None)  # the first replays D1; D2 waits (Forbid)
+    world.requests.append(request(LETTERS, name=SECOND))
+    return world
+
+
+def both_at_once(policy: str = "Forbid") -> World:
+    raw = {**LETTERS, "concurrencyPolicy": policy}
+    world = letters_world(request(raw, name=FIRST), request(raw, name=SECOND))
+    world.accept()
+    return world
+
+
+def first_deleted_before_the_second_came_to_them() -> World:
+    """Deleted right after both were accepted: the second request runs what the first left."""
+    world = letters_world(request(LETTERS, name=FIRST), request(LETTERS, name=SECOND))
+    world.accept()
+    world.requests = [r for r in world.requests if r.name != FIRST]
+    return world
+
+
+def first_deleted_after_starting_one() -> World:
+    """The second skipped both while the first held them; the first is deleted after starting
+    one: the other stays a dead letter (cancelled with the first), for a new request."""
+    world = letters_world(request(LETTERS, name=FIRST), request(LETTERS, name=SECOND))
+    world.accept()
+    world.step(finish=None)  # the first replays D1
+    world.requests = [r for r in world.requests if r.name != FIRST]
+    return world
+
+
+def first_failed_before_starting() -> World:
+    world = letters_world(request(LETTERS, name=FIRST), request(LETTERS, name=SECOND))
+    world.jobs.append(blocker())
+    world.accept()
+    broken = {**world.status(FIRST), "targets": "edited"}  # fails it: nothing more it starts
+    world.requests = [
+        dataclasses.replace(r, status=broken) if r.name == FIRST else r for r in world.requests
+    ]
+    world.step()
+    assert world.status(FIRST)["phase"] == "Failed"
+    world.jobs = [j for j in world.jobs if j.name != "busy"]
+    return world
+
+
+def a_named_replay_of_a_held_run() -> World:
+    world = letters_world(request(LETTERS, name=FIRST))
+    world.accept()
+    named = {"replay": {"runs": [scheduled_job_name(NAME, D2, with_seconds=False)]}}
+    world.requests.append(request(named, name=SECOND))
+    return world
+
+
+BOTH = {D1: 1, D2: 1}
+
+
+@pytest.mark.parametrize(
+    ("make", "replays", "skipped", "held"),
+    [
+        pytest.param(second_while_the_first_runs, BOTH, "0", [FIRST], id="second-while-first-runs"),
+        pytest.param(both_at_once, BOTH, "0-1", [FIRST, FIRST], id="both-accepted-at-once"),
+        pytest.param(lambda: both_at_once("Allow"), BOTH, "0-1", [FIRST, FIRST], id="both-allow"),
+        pytest.param(
+            first_deleted_before_the_second_came_to_them,
+            BOTH,
+            None,
+            [FIRST, FIRST],
+            id="first-deleted-at-once",
+        ),
+        pytest.param(
+            first_deleted_after_starting_one, {D1: 1}, "0-1", [FIRST, FIRST], id="deleted-midway"
+        ),
+        pytest.param(first_failed_before_starting, BOTH, None, [FIRST, FIRST], id="first-failed"),
+        pytest.param(a_named_replay_of_a_held_run, BOTH, "0", [FIRST], id="named-run-held"),
+    ],
+)
+def test_two_replays_of_the_same_runs_replay_each_once(
+    make: Any, replays: dict[datetime, int], skipped: str | None, held: list[str]
+) -> None:
+    world = make()
+    finish(world)
+
+    assert replays_by_slot(world) == replays
+    second = world.status(SECOND)
+    assert second["phase"] == "Complete"
+    assert [t.get("heldBy", {}).get("name") for t in second["targets"]] == held
+    assert second.get("skippedIndexes") == skipped
+    count_skipped = len(parse_indexes(skipped))
+    assert second["skipped"] == count_skipped
+    assert second["succeeded"] + second["failed"] + second["skipped"] == second["total"]
+    if skipped:
+        assert f"{count_skipped} skipped: replayed by another request" in second["message"]
+
+
+def test_a_skipped_target_is_said_once_naming_the_request_that_holds_it() -> None:
+    world = letters_world(request(LETTERS, name=FIRST), request(LETTERS, name=SECOND))
+    events = []
+    for index in range(8):
+        decision = world.step(NOW + timedelta(seconds=index + 1))
+        events += [e for e in decision.events if e.about and e.about.name == SECOND]
+    skips = [e for e in events if e.reason == "SkippedAlreadyRequested"]
+    assert [e.type for e in skips] == ["Normal", "Normal"]
+    assert all(f"request {FIRST} replays it" in e.message for e in skips)
+    run = scheduled_job_name(NAME, D1, with_seconds=False)
+    assert f"target 0 (run {run}, slot 2026-01-05T09:00:00Z) not run" in skips[0].message
+    accepted = next(e for e in events if e.reason == "RequestAccepted")
+    assert f"2 of them being replayed by request {FIRST}" in accepted.message
+
+
+def test_a_holder_whose_replay_failed_still_holds_the_run_and_leaves_a_new_dead_letter() -> None:
+    """The first replay of D1 fails every attempt: D1 was replayed once (it is history), its
+    replay is the dead letter now, and the second request skips D1; a third request made
+    afterwards replays the new dead letter."""
+    world = letters_world(request({"replay": {"runs": [scheduled_job_name(NAME, D1, False)]}}))
+    world.accept()
+    world.step(finish=JobState.FAILED)  # the replay's attempt 1 fails
+    world.requests.append(request({"replay": {"runs": [world.jobs[0].name]}}, name=SECOND))
+    world.step(NOW + timedelta(seconds=11), finish=JobState.FAILED)  # attempt 2 fails
+    finish(world)
+    assert replays_by_slot(world) == {D1: 1}
+    assert world.status(SECOND)["skippedIndexes"] == "0"
+    letters = [letter["run"] for letter in world.sj.status["deadLetters"]]
+    assert request_job_name(NAME, TRIGGER_REPLAY, REQUEST_UID, 0) in letters
+    world.requests.append(request(LETTERS, name="again-3"))
+    finish(world)
+    assert replays_by_slot(world) == {D1: 2, D2: 1}  # the new dead letter, and D2 at last
+
+
+def test_a_replay_of_a_run_no_longer_being_replayed_runs_it_again() -> None:
+    """Asked by name after the first replay ended: a new request, not an overlap."""
+    run = scheduled_job_name(NAME, D1, with_seconds=False)
+    world = letters_world(request({"replay": {"runs": [run]}}, name=FIRST))
+    world.accept()
+    finish(world)
+    world.requests.append(request({"replay": {"runs": [run]}}, name=SECOND))
+    finish(world)
+    assert replays_by_slot(world) == {D1: 2}
+    assert "heldBy" not in world.status(SECOND)["targets"][0]
+
+
+@pytest.mark.parametrize(
+    "held_by",
+    [
+        "request-a",
+        {"name": "a", "uid": "u", "index": -1},
+        {"name": "a", "uid": "u", "index": True},
+        {"name": "", "uid": "u", "index": 0},
+        {"name": "a", "index": 0},
+    ],
+)
+def test_an_unreadable_holder_in_status_fails_the_request(held_by: object) -> None:
+    world = letters_world(request(LETTERS, name=FIRST))
+    world.accept()
+    status = world.status(FIRST)
+    status["targets"][0]["heldBy"] = held_by
+    world.step()
+    assert world.status(FIRST)["phase"] == "Failed"
+    assert world.created == []
+
+
+def test_a_dead_letter_replayed_meanwhile_is_skipped_by_a_request_from_before_this_rule() -> None:
+    """Two replays of the same dead letter accepted before targets recorded their holder (an
+    operator upgraded while they ran): the one that comes to it second finds it relabelled."""
+    run = scheduled_job_name(NAME, D1, with_seconds=False)
+    accepted = {
+        "phase": "Running",
+        "total": 1,
+        "started": 0,
+        "targets": [{"run": run, "slot": format_time(D1)}],
+    }
+    world = World(
+        sj(retry=RETRY),
+        request(LETTERS, dict(accepted), name=FIRST),
+        request(LETTERS, dict(accepted), name=SECOND),
+    )
+    world.jobs = dead_letter(D1)
+    world.step(finish=None)  # the first replays it (Forbid: the second waits)
+    decision = world.step(finish=None)  # the first's run goes on; the dead letter is relabelled
+    finish(world)
+    assert replays_by_slot(world) == {D1: 1}
+    assert world.status(SECOND)["skippedIndexes"] == "0"
+    (skip,) = [e for e in decision.events if e.reason == "SkippedAlreadyReplayed"]
+    assert "it is a dead letter no more" in skip.message
+
+
+def test_a_run_named_twice_by_its_jobs_is_refused_not_replayed_twice() -> None:
+    letters = dead_letter(D1)
+    world = World(sj(retry=RETRY), request({"replay": {"runs": [j.name for j in letters]}}))
+    world.jobs = list(letters)
+    world.step()
+    assert world.status()["phase"] == "Failed"
+    assert "names already: a run is replayed once" in world.status()["message"]
+    assert world.created == []
+
+
+def test_a_holder_accepted_again_with_other_targets_no_longer_holds_the_run() -> None:
+    """The first request's acceptance was lost while the second's (naming it as holder) was
+    written; accepted again, its dead letters have moved (D1 was replayed meanwhile): its index
+    0 is D2 now. The second no longer takes it for D1's or D2's holder (the index names another
+    run, or none); the first, accepted again, finds D2 held by the second. D2 runs once."""
+    world = letters_world(request(LETTERS, name=FIRST), request(LETTERS, name=SECOND))
+    world.accept()
+    assert [t["heldBy"]["index"] for t in world.status(SECOND)["targets"]] == [0, 1]
+    world.requests = [
+        dataclasses.replace(r, status={}) if r.name == FIRST else r for r in world.requests
+    ]  # the first's acceptance is lost
+    world.jobs[1] = dataclasses.replace(world.jobs[1], dead_letter=False, replayed=True)  # D1
+    world.step()
+    (target,) = world.status(FIRST)["targets"]
+    assert (target["run"], target["heldBy"]["name"]) == (world.jobs[2].name, SECOND)
+    finish(world)
+    assert replays_by_slot(world) == {D2: 1}
+    assert world.status(SECOND)["skippedIndexes"] == "0"  # D1: replayed meanwhile
+    assert world.status(FIRST)["skippedIndexes"] == "0"  # D2: the second replays it

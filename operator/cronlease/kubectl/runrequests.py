@@ -44,7 +44,7 @@ def _request(ctx: Context, target: str, action: dict[str, Any], policy: str) -> 
                 )
             progress.update(
                 f"{name}: {state.phase} {state.started}/{state.total} started, "
-                f"{state.succeeded} succeeded, {state.failed} failed"
+                f"{state.succeeded} succeeded, {state.failed} failed{_skipped(state.skipped)}"
             )
             time.sleep(POLL_SECONDS)
     finally:
@@ -54,9 +54,15 @@ def _request(ctx: Context, target: str, action: dict[str, Any], policy: str) -> 
     else:
         ctx.print(
             f"runrequest/{name} {state.phase}: {state.total} target(s), {state.succeeded} "
-            f"succeeded, {state.failed} failed{': ' + state.message if state.message else ''}"
+            f"succeeded, {state.failed} failed{_skipped(state.skipped)}"
+            f"{': ' + state.message if state.message else ''}"
         )
+    # A target skipped because another request replays its run is no failure of this one.
     return 0 if state.phase == "Complete" and state.failed == 0 else 1
+
+
+def _skipped(skipped: int) -> str:
+    return f", {skipped} skipped (replayed by another request)" if skipped else ""
 
 
 def cmd_backfill(ctx: Context, name: str, low: str, high: str, policy: str) -> int:

@@ -212,6 +212,7 @@ class RequestProgress:
     succeeded: int
     failed: int
     message: str
+    skipped: int = 0  # targets another request replays (issue 33)
 
     @property
     def finished(self) -> bool:
@@ -231,4 +232,5 @@ def request_progress(request: dict[str, Any]) -> RequestProgress:
         _number(status.get("succeeded")) or 0,
         _number(status.get("failed")) or 0,
         _text(status.get("message")),
+        _number(status.get("skipped")) or 0,
     )
