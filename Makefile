@@ -59,7 +59,7 @@ lint: venv ## ruff lint and format check
 typecheck: venv ## mypy --strict
 	$(BIN)/mypy
 
-unit: venv ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
+unit: venv plugin ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
 	$(PYTEST) tests/unit
 
 e2e: venv plugin controlplane image ## end-to-end tests against the real control plane (started if needed)
@@ -76,7 +76,7 @@ bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/r
 failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
 
-chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 0, no history, retries, backfills and replays, user deletions, Lease latency among them), then an audit of every slot, attempt and RunRequest target (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
+chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 0, no history, retries, backfills and replays, user deletions, Lease latency, meddling with step Jobs, lost deletes, quotas, restarts among them), then an audit of every slot, attempt, step pod and RunRequest target (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)
 
 writes: venv controlplane ## API writes per slot, cronlease vs CronJob, counted by kube-apiserver (bench/results/writes.md)

@@ -20,6 +20,12 @@ the faults above also hit runs between attempts; while user-deletes is on, the u
 failed attempts as their runs wait for the next, which must end those runs.
 Meanwhile RunRequests, on a timer (REQUEST_FIRST): backfills of a few past slots and replays of
 dead letters, Forbid or Allow, some deleted midway (cancelled).
+Issue 33's faults on multi-step runs, in the same rotation: a user meddling with running step
+Jobs (deleting them in the background, removing their owner references, deleting their
+heartbeat Leases), the leader's Job DELETEs lost or refused, a ResourceQuota that refuses every
+new Job, every replica restarted three times faster than the steps' heartbeat timeout (a new
+leader with a cold store each time), two replays of one ScheduledJob's dead letters at once,
+and a user deleting a running Run.
 
 The auditor watches from outside: every Job's events (re-listing after each outage), and the
 Lease's holder and token. At the end, for each ScheduledJob, every slot between its creation and
@@ -33,7 +39,10 @@ Every request target too (hack/chaos_requests.py): one run per (request, index),
 of a Complete request run and counted, none started after a cancellation, none left held.
 Every step attempt of the multi-step Runs too (hack/chaos_steps.py): none made twice, no gap,
 none beyond maxAttempts, no step started again after its Run recorded it succeeded, no
-compensation of a step that never succeeded.
+compensation of a step that never succeeded, no run stuck without an escalation once its step
+Jobs ended, no heartbeat loss noticed late; and their pods, watched from outside
+(hack/chaos_pods.py): never two attempts of a step alive at once, no compensation beside a
+step's pod, none alive after its Run let go. No dead letter replayed twice across requests.
 The audit goes to bench/results/chaos-latest.md for people and chaos-latest.json for tests.
 
     make chaos                                   # 3 minutes
@@ -61,6 +70,8 @@ from typing import Any
 
 # The audits of RunRequests (hack/chaos_requests.py) and of runs and attempts (chaos_runs.py).
 from bench_results import save_results
+from chaos_pods import MUST_BE_ZERO as PODS_MUST_BE_ZERO
+from chaos_pods import Attempt, PodLife, audit_pods, pod_life
 from chaos_requests import MUST_BE_ZERO as REQUESTS_MUST_BE_ZERO
 from chaos_requests import Request, audit_requests
 from chaos_runs import (
@@ -74,6 +85,7 @@ from chaos_runs import (
     verdict,
 )
 from chaos_runs import seen as first_sighting
+from chaos_steps import FINAL as STEPS_FINAL
 from chaos_steps import MUST_BE_ZERO as STEPS_MUST_BE_ZERO
 from chaos_steps import RunSeen, StepSeen, audit_steps, is_step_job, step_seen
 
@@ -81,6 +93,7 @@ from chaos_steps import RunSeen, StepSeen, audit_steps, is_step_job, step_seen
 # works out for itself.
 from cronlease.kube import (
     JOBS,
+    LEASES,
     NAMESPACES,
     RUNREQUESTS,
     RUNS,
@@ -106,6 +119,9 @@ CURSOR_SLACK = 5.0  # at the end, processedUntil may lag the clock by this much,
 ALLOWED_SKIPS = {"DeadlineExceeded", "ConcurrencyForbid"}
 # Spelled out, not imported from the operator, so a rename there shows up in the audit.
 FINALIZER = "cronlease.io/slot-record"
+SUPERVISION = "cronlease.io/supervision"
+PODS = ("v1", "pods")
+QUOTAS = ("v1", "resourcequotas")
 FAULTS = [
     "kill-leader",
     "pause-leader",
@@ -115,6 +131,13 @@ FAULTS = [
     "crash-loop",
     "user-deletes",
     "lease-latency",
+    # Issue 33: what users, quotas and restarts do to multi-step runs.
+    "step-meddling",
+    "lost-deletes",
+    "step-quota",
+    "restart-all",
+    "replay-twice",
+    "delete-run",
 ]
 # ScheduledJob i belongs to POPULATIONS[i % 5]: the Jobs of "ttl-zero" are deleted by the TTL
 # controller once they finish, those of "history-zero" by the operator's history cleanup; those
@@ -156,6 +179,18 @@ REQUESTS_SETTLE = 60.0
 # At the end, a recorded slot's Job or Run must be released within this many seconds of the
 # listing that shows it recorded (an operator and API server still loaded by the faults).
 RELEASE_GRACE = 10.0
+# step-meddling: for this long, a user meddles with this share of the step Jobs it sees running:
+# deletes it in the background, removes its owner reference, or deletes its heartbeat Lease.
+MEDDLING_SECONDS = 20.0
+MEDDLING_SHARE = 0.5
+# lost-deletes: for this long, the leader's Job DELETEs are lost (done, answered 500) or refused.
+LOST_DELETES_SECONDS = 20.0
+# step-quota: for this long, a ResourceQuota lets no more Jobs be created in the namespace.
+QUOTA_SECONDS = 15.0
+# restart-all: every replica is killed and restarted this many times, this far apart: a new
+# leader with a cold store each time, faster than the steps' heartbeat timeout.
+RESTARTS = 3
+RESTART_EVERY = 6.0
 # kill-leader and pause-leader first wait this long at most for a run to be between attempts.
 RUN_WAITS_TIMEOUT = 15.0
 # user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
@@ -170,6 +205,11 @@ LEASE_PATH = rf"^/apis/coordination\.k8s\.io/v1/namespaces/{OPERATOR_NAMESPACE}/
 LEASE_DELAY = 1.5 * ELECTION["renew_deadline"]
 LEASE_LATENCY_SECONDS = 3 * ELECTION["lease_duration"]
 CREATE_DELAY = 3 * ELECTION["lease_duration"]
+DELETE_PATH = r"^/apis/batch/v1/namespaces/[^/]+/jobs/"
+DELETE_RULES = [
+    Rule("DELETE", DELETE_PATH, "lose", every=2, enabled=False),
+    Rule("DELETE", DELETE_PATH, "reject", every=2, status=503, enabled=False),
+]
 LEASE_RULES = [
     *(
         Rule(method, LEASE_PATH, "delay", seconds=LEASE_DELAY, enabled=False)
@@ -224,6 +264,13 @@ class Observations:
     request_creates_failed: int = 0
     runs: dict[str, RunSeen] = field(default_factory=dict)  # multi-step Runs, by uid
     step_jobs: dict[str, StepSeen] = field(default_factory=dict)  # their step Jobs, by uid
+    # Issue 33: every pod's life, by uid; when each Run (by name) let go or was deleted.
+    pods: dict[str, PodLife] = field(default_factory=dict)
+    pods_broke: float | None = None  # when the pod watch last broke (a relist follows)
+    let_go: dict[str, float] = field(default_factory=dict)
+    meddling_until: float = 0.0
+    meddled: dict[str, int] = field(default_factory=dict)  # step-meddling: by what was done
+    meddled_uids: set[str] = field(default_factory=set)
 
     def requests_pending(self) -> int:
         """The requests neither deleted nor finished."""
@@ -241,13 +288,15 @@ class JobSightings:
         self.api, self.namespace, self.seen = api, namespace, seen
         self.deletes: set[asyncio.Task[None]] = set()
 
-    def listed_item(self, obj: dict[str, Any]) -> None:
+    def listed_item(self, obj: dict[str, Any], gone: bool = False) -> None:
         uid = obj["metadata"]["uid"]
         if is_step_job(obj):  # a multi-step run's: audited by hack/chaos_steps.py
             if (step := self.seen.step_jobs.get(uid)) is not None:
-                step.observe(obj)
+                step.observe(obj, gone)
             else:
                 self.seen.step_jobs[uid] = step_seen(obj)
+            if not gone:
+                self.meddle(obj)
             return
         if (known := self.seen.jobs.get(uid)) is not None:
             known.observe(obj, time.time())
@@ -263,7 +312,7 @@ class JobSightings:
             self.seen.gone.add(uid)
         known = self.seen.jobs.get(uid)
         running = known is not None and known.ended is None
-        self.listed_item(obj)
+        self.listed_item(obj, gone=event_type == "DELETED")
         waits = running and known is not None and known.retryable  # it has just failed
         if waits:
             self.seen.run_waits.set()
@@ -273,6 +322,45 @@ class JobSightings:
             self.user_delete(obj, UserDeleted.RUNNING)
         elif waits:
             self.user_delete(obj, UserDeleted.WAITING)
+
+    def meddle(self, obj: dict[str, Any]) -> None:
+        """step-meddling: a user does one of three things to a running step Job, once."""
+        metadata = obj["metadata"]
+        uid = metadata["uid"]
+        if time.time() >= self.seen.meddling_until or uid in self.seen.meddled_uids:
+            return
+        ended = any(
+            c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+            for c in (obj.get("status") or {}).get("conditions") or []
+        )
+        if ended or metadata.get("deletionTimestamp") or random.random() >= MEDDLING_SHARE:
+            return
+        self.seen.meddled_uids.add(uid)
+        what = random.choice(("delete-job", "orphan", "delete-lease"))
+        task = asyncio.get_running_loop().create_task(self.meddling(what, metadata))
+        self.deletes.add(task)
+        task.add_done_callback(self.deletes.discard)
+
+    async def meddling(self, what: str, metadata: dict[str, Any]) -> None:
+        name, uid = metadata["name"], metadata["uid"]
+        try:
+            if what == "delete-job":  # kubectl delete job (background)
+                body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
+                await self.api.request("DELETE", resource_path(JOBS, self.namespace, name), body)
+            elif what == "orphan":  # the README allows keeping a Job by removing its owner
+                patch = [{"op": "remove", "path": "/metadata/ownerReferences"}]
+                await self.api.request(
+                    "PATCH",
+                    resource_path(JOBS, self.namespace, name),
+                    patch,
+                    content_type="application/json-patch+json",
+                )
+            else:  # its heartbeat Lease, named as the Job (the operator makes it again)
+                await asyncio.sleep(1)  # made right after the Job
+                await self.api.request("DELETE", resource_path(LEASES, self.namespace, name))
+        except Exception:
+            what += "-failed"
+        self.seen.meddled[what] = self.seen.meddled.get(what, 0) + 1
 
     def user_delete(self, obj: dict[str, Any], when: UserDeleted) -> None:
         metadata = obj["metadata"]
@@ -314,6 +402,9 @@ class RunSightings:
         metadata = obj["metadata"]
         run = self.seen.runs.setdefault(metadata["uid"], RunSeen(metadata["uid"], metadata["name"]))
         run.observe(obj, deleted)
+        held = SUPERVISION in (metadata.get("finalizers") or [])
+        if deleted or (run.phase in STEPS_FINAL and not held):
+            self.seen.let_go.setdefault(metadata["name"], time.time())
         obj.setdefault("kind", "Run")  # how a sighting tells a Run's end from a Job's
         if run.sighting is not None:
             run.sighting.observe(obj, time.time())
@@ -328,6 +419,44 @@ class RunSightings:
 
     def failed(self, error: Exception) -> None:
         pass
+
+
+class PodSightings:
+    """Every pod's life in the namespace (hack/chaos_pods.py audits the step Jobs' pods). A pod
+    missing from a relisting ended while the watch was broken: it is taken as ended when the
+    watch broke (the audit never blames the operator for the auditor's blind spot)."""
+
+    def __init__(self, seen: Observations) -> None:
+        self.seen = seen
+        self.listing: set[str] = set()
+
+    def listed_item(self, obj: dict[str, Any]) -> None:
+        self.listing.add(obj["metadata"]["uid"])
+        self.observe(obj, deleted=False)
+
+    def listed(self, version: str) -> None:
+        broke = self.seen.pods_broke or time.time()
+        for uid, life in self.seen.pods.items():
+            if uid not in self.listing and life.ended is None:
+                life.ended = broke
+        self.listing = set()
+        self.seen.pods_broke = None
+
+    def changed(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.observe(obj, deleted=event_type == "DELETED")
+
+    def failed(self, error: Exception) -> None:
+        self.seen.pods_broke = self.seen.pods_broke or time.time()
+
+    def observe(self, obj: dict[str, Any], deleted: bool) -> None:
+        now, uid = time.time(), obj["metadata"]["uid"]
+        life = self.seen.pods.get(uid)
+        if life is None:
+            life = pod_life(obj, now)
+            if life is None:
+                return
+            self.seen.pods[uid] = life
+        life.observe(obj, now, deleted)
 
 
 class RequestSightings:
@@ -466,8 +595,11 @@ async def poll_lease(api: KubeApi, seen: Observations) -> None:
 class Replicas:
     """The operator replicas, and a Deployment's habit of restarting the ones that die."""
 
-    def __init__(self, proxies: dict[str, FaultProxy], work: Path, seen: Observations) -> None:
+    def __init__(
+        self, proxies: dict[str, FaultProxy], work: Path, seen: Observations, namespace: str
+    ) -> None:
         """One replica for each proxy, named as its key: it reaches the API server through it."""
+        self.namespace = namespace
         self.proxies = proxies
         self.all = [
             OperatorProcess(proxy.kubeconfig, work, name) for name, proxy in proxies.items()
@@ -499,6 +631,18 @@ class Replicas:
         replica.start()
         self.seen.restarts += 1
 
+    def restart_all(self) -> None:
+        """Every replica killed and started again, RESTARTS times, RESTART_EVERY apart: each
+        time the new leader starts with a cold store, sooner than a heartbeat's timeout."""
+        for _ in range(RESTARTS):
+            for replica in self.all:
+                replica.stop(signal.SIGKILL)
+            time.sleep(2)
+            for replica in self.all:
+                replica.start()
+                self.seen.restarts += 1
+            time.sleep(RESTART_EVERY)
+
     def crash_loop(self) -> None:
         """A fourth replica that dies right after starting, three times, with growing backoff."""
         looping = OperatorProcess(self.kubeconfig, self.work, "chaos-crashloop")
@@ -527,6 +671,38 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
             f"the slot-record finalizer) and {waiting} failed attempts while their runs waited "
             f"for the next, for {USER_DELETES_SECONDS:.0f} s"
         )
+    if fault == "step-meddling":
+        before = dict(seen.meddled)
+        seen.meddling_until = time.time() + MEDDLING_SECONDS
+        time.sleep(MEDDLING_SECONDS + 2)  # and the Lease deletions' second
+        done = {k: v - before.get(k, 0) for k, v in seen.meddled.items() if v - before.get(k, 0)}
+        return True, f"a user meddled with running step Jobs for {MEDDLING_SECONDS:.0f} s: {done}"
+    if fault == "lost-deletes":
+        leader = replicas.leader()
+        if leader is None:
+            return False, f"{fault}: no leader right now, skipped"
+        proxy = replicas.proxies[leader.name]
+        first = len(LEASE_RULES)
+        then = proxy.faults()
+        for index in range(first, first + len(DELETE_RULES)):
+            proxy.switch(index, True)
+        time.sleep(LOST_DELETES_SECONDS)
+        for index in range(first, first + len(DELETE_RULES)):
+            proxy.switch(index, False)
+        now = proxy.faults()
+        lost, refused = (now[first + i]["fired"] - then[first + i]["fired"] for i in (0, 1))
+        return True, (
+            f"leader {leader.name}'s Job DELETEs for {LOST_DELETES_SECONDS:.0f} s: every other "
+            f"one done but its answer lost ({lost}), or refused 503 ({refused})"
+        )
+    if fault == "restart-all":
+        replicas.restart_all()
+        return True, (
+            f"every replica SIGKILLed and restarted after 2 s, {RESTARTS} times "
+            f"{RESTART_EVERY:.0f} s apart (heartbeat timeout {STEP_HEARTBEAT} s)"
+        )
+    if fault in ("replay-twice", "delete-run", "step-quota"):
+        return asyncio.run(meddle_with_runs(fault, cluster, replicas.namespace, seen))
     if fault == "lease-latency":
         time.sleep((PERIOD - 1 - time.time() % PERIOD) % PERIOD)  # to a second before a slot
         leader = replicas.leader()
@@ -584,6 +760,68 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
         return True, f"SIGKILL standby {standby.name}, restarted after 2 s"
     replicas.crash_loop()
     return True, "a replica crash-looped 3 times"
+
+
+async def quota(api: KubeApi, namespace: str) -> tuple[bool, str]:
+    """step-quota: no more Jobs in the namespace for QUOTA_SECONDS (step Jobs among them)."""
+    listed = await api.request("GET", resource_path(JOBS, namespace))
+    used = len(listed.get("items") or [])
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "chaos-no-more-jobs"},
+        "spec": {"hard": {"count/jobs.batch": str(used)}},
+    }
+    await api.request("POST", resource_path(QUOTAS, namespace), manifest)
+    await asyncio.sleep(QUOTA_SECONDS)
+    await api.request("DELETE", resource_path(QUOTAS, namespace, "chaos-no-more-jobs"))
+    return (
+        True,
+        f"a ResourceQuota let no more Jobs be created for {QUOTA_SECONDS:.0f} s ({used} there)",
+    )
+
+
+async def meddle_with_runs(
+    fault: str, cluster: Cluster, namespace: str, seen: Observations
+) -> tuple[bool, str]:
+    """replay-twice: two replays of one ScheduledJob's dead letters at once (as `kubectl
+    cronlease replay --dead-letters`, twice, while the first runs). delete-run: a user deletes
+    a multi-step Run that is running. step-quota: see quota()."""
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    api = connect(4)
+    try:
+        if fault == "step-quota":
+            return await quota(api, namespace)
+        if fault == "delete-run":
+            running = [r for r in seen.runs.values() if not r.deleted and r.phase == "Running"]
+            if not running:
+                return False, "delete-run: no multi-step Run running right now, skipped"
+            run = random.choice(running)
+            body = {"preconditions": {"uid": run.uid}}
+            await api.request("DELETE", resource_path(RUNS, namespace, run.name), body)
+            return True, f"a user deleted Run {run.name} while it ran"
+        dead = sorted({job.scheduledjob for job in seen.jobs.values() if job.dead_letter})
+        if not dead:
+            return False, "replay-twice: no dead letters yet, skipped"
+        target = random.choice(dead)
+        suffix = uuid.uuid4().hex[:4]
+        for twin in ("a", "b"):
+            body = {
+                "apiVersion": "cronlease.io/v1alpha1",
+                "kind": "RunRequest",
+                "metadata": {"name": f"twice-{suffix}{twin}-{target}"},
+                "spec": {
+                    "scheduledJobName": target,
+                    "concurrencyPolicy": "Allow",
+                    "replay": {"deadLetters": True},
+                },
+            }
+            await api.request("POST", resource_path(RUNREQUESTS, namespace), body)
+        return True, f"two replays of {target}'s dead letters at once"
+    except Exception as error:
+        return False, f"{fault}: {error}"
+    finally:
+        await api.close()
 
 
 def recorded_cursors(scheduledjobs: list[dict[str, Any]]) -> dict[str, float]:
@@ -807,7 +1045,16 @@ def audit(
         "request_creates_failed": seen.request_creates_failed,
         **attempts,
         **by_request,
-        **audit_steps(seen.runs.values(), seen.step_jobs.values()),
+        **audit_steps(seen.runs.values(), seen.step_jobs.values(), time.time()),
+        **audit_pods(seen.pods.values(), step_attempts(seen), seen.let_go),
+        "step_meddling": dict(sorted(seen.meddled.items())),
+    }
+
+
+def step_attempts(seen: Observations) -> dict[str, Attempt]:
+    return {
+        uid: Attempt(job.run, job.step, job.action, job.attempt)
+        for uid, job in seen.step_jobs.items()
     }
 
 
@@ -880,6 +1127,18 @@ LABELS = {
     "compensated_unfinished_steps": "compensations of steps that never succeeded",
     "heartbeat_restarts": "steps restarted because no heartbeat came",
     "step_runs_unfinished": "multi-step Runs still running at the end (the Job controller's lag)",
+    "heartbeats_noticed_late": "heartbeats lost noticed more than 12 s after their deadline "
+    "(a restart extended it)",
+    "heartbeat_noticed_latest_s": "... the latest, s after the deadline",
+    "step_runs_stuck": "multi-step Runs neither final nor escalated 5 minutes after their slot, "
+    "their step Jobs all ended",
+    "step_pods": "step Jobs' pods seen",
+    "step_pods_of_two_attempts_at_once": "pods of two attempts of one step alive at once",
+    "compensation_beside_a_step_pod": "compensation pods alive beside a pod of a step",
+    "step_pods_outliving_their_run": "step pods alive after their Run let go or was deleted",
+    "step_meddling": "step-meddling: what the user did to running step Jobs",
+    "runs_replayed": "dead letters replayed",
+    "runs_replayed_twice": "dead letters replayed twice (across requests)",
 }
 MUST_BE_ZERO = (
     "duplicates",
@@ -897,6 +1156,7 @@ MUST_BE_ZERO = (
     "exhausted_not_dead_lettered",
     *REQUESTS_MUST_BE_ZERO,
     *STEPS_MUST_BE_ZERO,
+    *PODS_MUST_BE_ZERO,
 )
 
 
@@ -1027,10 +1287,11 @@ async def main_async(args: argparse.Namespace) -> int:
                 (work / name).mkdir()
                 proxies[name] = stack.enter_context(
                     faultproxy.running(
-                        cluster.kubeconfig, operator_config, LEASE_RULES, work / name
+                        cluster.kubeconfig, operator_config, [*LEASE_RULES, *DELETE_RULES],
+                        work / name,
                     )
-                )
-            replicas = Replicas(proxies, work, seen)
+                )  # fmt: skip
+            replicas = Replicas(proxies, work, seen, namespace)
             stack.callback(replicas.stop)  # before the proxies go
             result = await chaos(args, api, namespace, cluster, replicas, seen)
     finally:
@@ -1074,6 +1335,9 @@ async def chaos(
         ),
         asyncio.create_task(
             ListWatch(api, resource_path(RUNS, namespace), RunSightings(seen)).run()
+        ),
+        asyncio.create_task(
+            ListWatch(api, resource_path(PODS, namespace), PodSightings(seen)).run()
         ),
     ]
     try:

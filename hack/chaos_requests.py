@@ -39,6 +39,7 @@ MUST_BE_ZERO = (
     "complete_counts_wrong",
     "started_after_cancel",
     "request_runs_held_at_end",
+    "runs_replayed_twice",
 )
 
 
@@ -74,6 +75,7 @@ class Request:
     succeeded: int = 0
     failed: int = 0
     skipped: set[int] = field(default_factory=set)  # status.skippedIndexes
+    targets: dict[int, str] = field(default_factory=dict)  # status.targets: index -> its run
 
     def observe(self, obj: dict[str, Any]) -> None:
         """Take a watched version's status; a request's status only moves forward, so an older
@@ -87,6 +89,10 @@ class Request:
         self.succeeded = _count(status.get("succeeded")) or self.succeeded
         self.failed = _count(status.get("failed")) or self.failed
         self.skipped = _indexes(status.get("skippedIndexes")) or self.skipped
+        targets = status.get("targets")
+        for index, target in enumerate(targets if isinstance(targets, list) else []):
+            if isinstance(target, dict) and isinstance(target.get("run"), str):
+                self.targets.setdefault(index, target["run"])
 
     @property
     def live(self) -> bool:
@@ -116,6 +122,14 @@ def audit_requests(
             continue
         runs.setdefault((job.request_uid, job.request_index), []).append(job)
     duplicated = sum(len({job.uid for job in found}) - 1 for found in runs.values())
+    # A run is replayed once, whichever requests name it (issue 33): the replays that ran, by
+    # the run their target names.
+    replayed: dict[tuple[str, str], int] = {}
+    for (uid, index), found in runs.items():
+        request = ours[uid]
+        if request.action == "Replay" and index in request.targets and found:
+            key = (request.scheduledjob, request.targets[index])
+            replayed[key] = replayed.get(key, 0) + 1
     without_run = wrong_counts = after_cancel = within_slack = 0
     phases: dict[str, int] = {}
     complete = {"Backfill": 0, "Replay": 0}
@@ -178,5 +192,7 @@ def audit_requests(
         "started_after_cancel": after_cancel,
         "started_in_flight_at_cancel": within_slack,
         "request_runs_held_at_end": held_ended,
+        "runs_replayed": len(replayed),
+        "runs_replayed_twice": sum(count - 1 for count in replayed.values()),
         "requests_by_phase": dict(sorted(phases.items())),
     }

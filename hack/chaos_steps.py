@@ -5,7 +5,11 @@ Whatever faults hit a run, each step's attempts (and each compensation's) must b
 made once (one Job uid per attempt: an attempt never runs twice), no more than the step's
 maxAttempts; a step that succeeded is never started again (no Job of a later attempt than the
 one its Run recorded as succeeded); only a succeeded step is compensated. Runs end in a final
-phase unless the Job controller was still finishing their steps when the audit looked.
+phase unless the Job controller was still finishing their steps when the audit looked; a run
+whose step Jobs have all ended is final, or escalated, within STUCK_BOUND of its slot (issue
+33: never stuck without a bound). A heartbeat lost is noticed within HEARTBEAT_SLACK of its
+deadline, however often the operator restarted meanwhile (issue 33: restarts never extend a
+heartbeat deadline); nobody renews the chaos runs' heartbeats, so the deadline is the claim's.
 
 The label names are spelled out here, not imported from the operator, so that a rename there
 shows up in the audit.
@@ -13,15 +17,23 @@ shows up in the audit.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 LABEL_STEP = "cronlease.io/step"
 LABEL_ACTION = "cronlease.io/action"
 LABEL_RUN = "cronlease.io/run"
 LABEL_ATTEMPT = "cronlease.io/attempt"
-FINAL = frozenset({"Succeeded", "Failed", "Compensated", "CompensationFailed"})
+FINAL = frozenset({"Succeeded", "Failed", "Compensated", "CompensationFailed", "Cancelled"})
+# A run whose step Jobs all ended is final or escalated within this long of its slot.
+STUCK_BOUND = 300.0
+# A heartbeat lost is noticed within this long after its deadline: a takeover (the chaos
+# replicas' 4 s lease) plus a restart of every replica (2 s down) and a few seconds of load.
+HEARTBEAT_SLACK = 12.0
+LOST = re.compile(r"no heartbeat since (\S+) \(timeout (\d+) s\)")
 
 
 def is_step_job(job: dict[str, Any]) -> bool:
@@ -38,11 +50,14 @@ class StepSeen:
     action: str
     attempt: int
     succeeded: bool = False
+    ended: bool = False  # Complete or Failed, or gone
 
-    def observe(self, job: dict[str, Any]) -> None:
+    def observe(self, job: dict[str, Any], gone: bool = False) -> None:
+        self.ended = self.ended or gone
         for condition in (job.get("status") or {}).get("conditions") or []:
             if isinstance(condition, dict) and condition.get("status") == "True":
                 self.succeeded = self.succeeded or condition.get("type") == "Complete"
+                self.ended = self.ended or condition.get("type") in ("Complete", "Failed")
 
 
 def step_seen(job: dict[str, Any]) -> StepSeen:
@@ -91,7 +106,51 @@ class RunSeen:
         return next((e for e in self.status.get("steps") or [] if e.get("name") == step), {})
 
 
-def audit_steps(runs: Iterable[RunSeen], jobs: Iterable[StepSeen]) -> dict[str, Any]:
+def _instant(text: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def heartbeat_lateness(runs: Iterable[RunSeen]) -> list[float]:
+    """For each heartbeat lost a run recorded, how long after its deadline it was noticed."""
+    late = []
+    for run in runs:
+        for entry in run.status.get("recoveryLog") or []:
+            if not isinstance(entry, dict) or entry.get("reason") != "HeartbeatLost":
+                continue
+            found = LOST.search(str(entry.get("message", "")))
+            noticed, since = _instant(entry.get("time")), _instant(found and found[1])
+            if found is not None and noticed is not None and since is not None:
+                late.append(noticed - since - int(found[2]))
+    return late
+
+
+def stuck(runs: Iterable[RunSeen], jobs: Iterable[StepSeen], now: float) -> list[str]:
+    """Runs neither final nor escalated, STUCK_BOUND after their slot, whose step Jobs have all
+    ended: nothing outside the operator keeps them going."""
+    live = {job.run for job in jobs if not job.ended}
+    found = []
+    for run in runs:
+        slot = _instant(run.spec.get("scheduledAt"))
+        escalated = any(
+            isinstance(c, dict) and c.get("type") == "Escalated" and c.get("status") == "True"
+            for c in run.status.get("conditions") or []
+        )
+        if run.deleted or run.phase in FINAL or escalated or run.name in live or slot is None:
+            continue
+        if now - slot > STUCK_BOUND:
+            found.append(run.name)
+    return found
+
+
+def audit_steps(
+    runs: Iterable[RunSeen], jobs: Iterable[StepSeen], now: float | None = None
+) -> dict[str, Any]:
+    runs, jobs = list(runs), list(jobs)
+    late = heartbeat_lateness(runs)
+    stuck_runs = stuck(runs, jobs, now) if now is not None else []
     by_attempt: dict[tuple[str, str, str, int], set[str]] = {}
     for job in jobs:
         by_attempt.setdefault((job.run, job.step, job.action, job.attempt), set()).add(job.uid)
@@ -130,6 +189,10 @@ def audit_steps(runs: Iterable[RunSeen], jobs: Iterable[StepSeen]) -> dict[str, 
         "compensated_unfinished_steps": compensated_unfinished,
         "step_runs_unfinished": sum(count for phase, count in phases.items() if phase not in FINAL),
         "heartbeat_restarts": restarts,
+        "heartbeats_noticed_late": sum(1 for seconds in late if seconds > HEARTBEAT_SLACK),
+        "heartbeat_noticed_latest_s": round(max(late, default=0.0), 1),
+        "step_runs_stuck": len(stuck_runs),
+        "step_runs_stuck_names": stuck_runs[:10],
         "step_runs_by_phase": dict(sorted(phases.items())),
     }
 
@@ -140,4 +203,6 @@ MUST_BE_ZERO = (
     "step_attempts_over_max",
     "finished_steps_redone",
     "compensated_unfinished_steps",
+    "heartbeats_noticed_late",
+    "step_runs_stuck",
 )

@@ -9,6 +9,7 @@ it, and a Run's or a Lease's late copy only wakes a supervision that reads the A
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +53,8 @@ class RunStore:
         self._leases: dict[Key, tuple[str, datetime | None, datetime, str]] = {}
         # Attempts whose Job name a Job cronlease did not write holds, by run.
         self._taken: dict[Key, set[tuple[str, Action, int]]] = {}
+        # The uids of step Jobs the supervisor deleted in the foreground, while in the store.
+        self._foreground: set[str] = set()
         # Attempts whose Job the API server refused to create, by run: (message, invalid).
         self._refused: dict[Key, dict[tuple[str, Action, int], tuple[str, bool]]] = {}
 
@@ -96,6 +99,11 @@ class RunStore:
         if not is_newer(version_of(obj), current[0] if current else None):
             return
         info = step_job_info(obj)
+        if info.deleting and info.uid in self._foreground:
+            # Our own deletion, in the foreground: once its finalizer went, the garbage collector
+            # found its pods gone. Still deleting (our finalizer may hold it), but not one whose
+            # pods run on after it, as a Job deleted in the background (track_stopping).
+            info = dataclasses.replace(info, foreground=True)
         run = (key[0], _run_label(obj))
         if current is not None and current[2] != run:
             self._forget_job(key)
@@ -104,6 +112,16 @@ class RunStore:
         self._jobs_by_run[run][info.name] = info
         if previous != info:
             self._on_change(run)
+
+    def deleted_in_foreground(self, namespace: str, name: str, uid: str) -> None:
+        """The supervisor deleted this step Job in the foreground (so said before its watch
+        event, and after the collector has removed the foreground finalizer again)."""
+        self._foreground.add(uid)
+        entry = self._jobs.get((namespace, name))
+        if entry is not None and entry[1].uid == uid:
+            info = dataclasses.replace(entry[1], deleting=True, foreground=True)
+            self._jobs[(namespace, name)] = (entry[0], info, entry[2])
+            self._jobs_by_run.setdefault(entry[2], {})[name] = info
 
     def delete_step_job(self, obj: dict[str, Any]) -> None:
         run = self._forget_job(key_of(obj))
@@ -114,6 +132,7 @@ class RunStore:
         entry = self._jobs.pop(key, None)
         if entry is None:
             return None
+        self._foreground.discard(entry[1].uid)
         run = entry[2]
         jobs = self._jobs_by_run.get(run)
         if jobs is not None:

@@ -36,12 +36,13 @@ from cronlease.runenv import (
 )
 from cronlease.runenv import ENVIRONMENT as RUN_ENVIRONMENT
 from cronlease.steps import Step
-from cronlease.supervision import Action, StepJob
+from cronlease.supervision import DEFAULT_GRACE, Action, StepJob
 
 LABEL_STEP = f"{GROUP}/step"
 # The garbage collector's finalizer of a foreground deletion: the object stays until its
 # dependents (a Job's pods) are gone.
 FOREGROUND_DELETION = "foregroundDeletion"
+MAX_GRACE = 86_400
 LABEL_ACTION = f"{GROUP}/action"
 ANNOTATION_STEP = f"{GROUP}/step"
 ANNOTATION_HEARTBEAT_LEASE = f"{GROUP}/heartbeat-lease"
@@ -215,7 +216,17 @@ def step_job_info(job: dict[str, Any]) -> StepJob:
         held=info.held,
         trusted=trusted,
         foreground=info.deleting and _finalizer(metadata, FOREGROUND_DELETION),
+        grace=_grace(job),
     )
+
+
+def _grace(job: dict[str, Any]) -> int:
+    """Its pods' terminationGracePeriodSeconds, read totally (a day at most)."""
+    spec = job.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    pod = template.get("spec") if isinstance(template, dict) else None
+    grace = pod.get("terminationGracePeriodSeconds") if isinstance(pod, dict) else None
+    return min(grace, MAX_GRACE) if type(grace) is int and grace >= 0 else DEFAULT_GRACE
 
 
 def _finalizer(metadata: dict[str, Any], name: str) -> bool:

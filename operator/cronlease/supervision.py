@@ -32,6 +32,12 @@ CREATION_GRACE = timedelta(seconds=30)
 # grace period, someone else's finalizer) escalates; its step still waits for it, never runs
 # two attempts at once.
 LINGER_BOUND = timedelta(minutes=5)
+# A step Job someone else deleted in the background: the job controller ignores a Job being
+# deleted, and a foreground deletion can no longer be asked of it, so its pods run on while it
+# is in view and, once it is gone, until the garbage collector has deleted them and their grace
+# period has passed. This much more covers the collector's own delay.
+STOPPING_MARGIN = timedelta(seconds=10)
+DEFAULT_GRACE = 30  # a pod's terminationGracePeriodSeconds unless its template says otherwise
 # status.recoveryLog keeps this many entries (the newest); each is also an Event.
 RECOVERY_LOG = 20
 MESSAGE_LIMIT = 256
@@ -110,6 +116,7 @@ class StepJob:
     run: str = ""  # its Run's name (its label)
     # Being deleted in the foreground: it stays in view until its pods are gone.
     foreground: bool = False
+    grace: int = DEFAULT_GRACE  # its pods' terminationGracePeriodSeconds
 
     @property
     def finished(self) -> bool:
@@ -221,12 +228,64 @@ def _end(plan: RunPlan, run: RunView, jobs: list[StepJob], now: datetime) -> Non
     foreground, so that it stays in view until its pods are gone), and once none lives, nor can
     one still appear (a cancelled attempt's creation a moment ago), the run lets go."""
     live = [job for job in jobs if not job.finished]
-    plan.deletions = [job for job in live if not job.foreground]
+    plan.deletions = [job for job in live if not job.deleting]
     plan.creations = []
+    steps = [raw for raw in plan.status.get("steps") or [] if isinstance(raw, dict)]
+    stopping = track_stopping(steps, jobs, now)
     appearing = _appearing_until(plan.status, now)
-    if appearing is not None:
-        plan.wake_at = appearing if plan.wake_at is None else min(plan.wake_at, appearing)
-    plan.release_run = run.supervised and not live and appearing is None
+    waits = [when for when in (appearing, stopping) if when is not None]
+    if waits:
+        plan.wake_at = min([*waits, *([plan.wake_at] if plan.wake_at else [])])
+    plan.release_run = (
+        run.supervised and not live and appearing is None and not _still_stopping(steps)
+    )
+
+
+def track_stopping(
+    steps: list[dict[str, Any]], jobs: Sequence[StepJob], now: datetime
+) -> datetime | None:
+    """Record, in the entry of its step (or compensation), each live Job someone else deleted
+    in the background; once it is gone, until when its pods may still run; and forget the
+    record when that has passed. Kept in the status: a restart must not forget pods that run.
+    When the next record passes, if any (a wake-up)."""
+    parts = {
+        (str(entry.get("name")), action): part
+        for entry in steps
+        for action, part in _parts(entry)
+        if isinstance(part, dict)
+    }
+    live = {(job.step, job.action, job.attempt) for job in jobs if not job.finished}
+    for job in jobs:
+        part = parts.get((job.step, job.action))
+        if part is not None and job.deleting and not job.foreground and not job.finished:
+            part["stopping"] = {"attempt": job.attempt, "grace": max(0, job.grace)}
+    wake = None
+    for (step, action), part in parts.items():
+        record = part.get("stopping")
+        if not isinstance(record, dict) or type(record.get("attempt")) is not int:
+            part.pop("stopping", None)
+            continue
+        if (step, action, record["attempt"]) in live:
+            continue  # still in view: its Job event wakes the run
+        gone_by = parse_time(record.get("podsGoneBy"))
+        if gone_by is None:
+            grace = record.get("grace")
+            grace = grace if type(grace) is int and grace >= 0 else DEFAULT_GRACE
+            gone_by = now + timedelta(seconds=grace) + STOPPING_MARGIN
+            record["podsGoneBy"] = format_time(gone_by)
+        if gone_by <= now:
+            del part["stopping"]
+            continue
+        wake = gone_by if wake is None else min(wake, gone_by)
+    return wake
+
+
+def _still_stopping(steps: list[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(part, dict) and "stopping" in part
+        for entry in steps
+        for _, part in _parts(entry)
+    )
 
 
 def _appearing_until(status: dict[str, Any], now: datetime) -> datetime | None:
@@ -268,7 +327,11 @@ class _Supervisor:
     # Watching the current attempts
 
     def observe(self) -> None:
-        """Take in what the current attempts' Jobs and heartbeats say."""
+        """Take in what the current attempts' Jobs and heartbeats say, and which Jobs someone
+        else deleted still have pods that run."""
+        stopping = track_stopping(list(self.entries.values()), self.all_jobs, self.now)
+        if stopping is not None:
+            self._wake(stopping)
         for step in self.steps.steps:
             entry = self.entries[step.name]
             if entry["phase"] == StepPhase.RUNNING:
@@ -443,17 +506,23 @@ class _Supervisor:
         self._claim(step, entry, action, int(entry["attempt"]) + 1, "Restarted", reason)
 
     def _lingering(self, step: str, action: Action | None, since: datetime) -> bool:
-        """Whether a Job of the step's `action` (either, if None) still lives: a new attempt, or
-        a compensation, never starts beside it. Past LINGER_BOUND from `since` it escalates."""
+        """Whether a Job of the step's `action` (either, if None), or its pods, still live: a
+        new attempt, or a compensation, never starts beside them. Past LINGER_BOUND from
+        `since` it escalates."""
         lingering = [
-            job
+            job.name
             for job in self.all_jobs
             if job.step == step and not job.finished and action in (None, job.action)
+        ]
+        lingering += [
+            f"(the pods of attempt {part['stopping']['attempt']})"
+            for kind, part in _parts(self.entries[step])
+            if isinstance(part, dict) and "stopping" in part and action in (None, kind)
         ]
         if not lingering:
             return False
         if self.now >= since + LINGER_BOUND and not self._escalated(Escalation.ATTEMPT_LINGERING):
-            names = ", ".join(sorted(job.name for job in lingering))
+            names = ", ".join(sorted(lingering))
             self._escalate(
                 Escalation.ATTEMPT_LINGERING,
                 f"step {step} waits for Job {names} to stop; it is still running "
@@ -646,13 +715,13 @@ class _Supervisor:
             for action, part in _parts(entry)
             if isinstance(part, dict) and part.get("phase") == StepPhase.RUNNING
         }
-        # One someone else deletes in the background is deleted again, in the foreground: its
-        # pods may run on after it is gone, and the next attempt waits until it is.
+        # One being deleted already is not deleted again: a deletion's propagation cannot be
+        # changed once it started (track_stopping() waits for its pods instead).
         return [
             job
             for job in self.all_jobs
             if not job.finished
-            and not job.foreground
+            and not job.deleting
             and current.get((job.step, job.action)) != job.attempt
         ]
 

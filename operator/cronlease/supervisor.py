@@ -169,7 +169,8 @@ class Supervisor:
     async def _delete(self, namespace: str, job: StepJob) -> None:
         """An abandoned attempt or a cancelled step: in the foreground, so that it stays in
         view until its pods are gone (and one deleted in the background is deleted again so)."""
-        await self.writer.delete(JOBS, namespace, job.name, job.uid, foreground=True)
+        if await self.writer.delete(JOBS, namespace, job.name, job.uid, foreground=True):
+            self.store.deleted_in_foreground(namespace, job.name, job.uid)
 
     async def _create(
         self, key: Key, run: dict[str, Any], plan: RunPlan

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from chaos_pods import MUST_BE_ZERO as PODS_MUST_BE_ZERO
 from chaos_requests import MUST_BE_ZERO as REQUESTS_MUST_BE_ZERO
 from chaos_steps import MUST_BE_ZERO as STEPS_MUST_BE_ZERO
 from devcluster.cluster import cluster_dir
@@ -32,13 +33,19 @@ FAULT_KINDS = {
     "crash-loop",
     "user-deletes",
     "lease-latency",
+    "step-meddling",
+    "lost-deletes",
+    "step-quota",
+    "restart-all",
+    "replay-twice",
+    "delete-run",
 }
 
 
-# Eight faults, each with its own wait, take about three minutes; then a quiet end, and up to
-# REQUESTS_SETTLE for the RunRequests' last runs (under these faults, kube-controller-manager
-# finishes a Job a minute or more after its 1 s pod).
-@pytest.mark.timeout(540)
+# Fourteen faults, each with its own wait, take about five and a half minutes; then a quiet end,
+# and up to REQUESTS_SETTLE for the RunRequests' last runs (under these faults,
+# kube-controller-manager finishes a Job a minute or more after its 1 s pod).
+@pytest.mark.timeout(780)
 def test_short_chaos_run_audits_clean(
     k8s_cluster: Any, crd: str, operator_process: OperatorProcess, tmp_path: Path
 ) -> None:
@@ -58,6 +65,7 @@ def test_short_chaos_run_audits_clean(
     # The bench's own list of what must be 0 (slots, attempts, requests), each checked here.
     assert set(REQUESTS_MUST_BE_ZERO) <= set(record["must_be_zero"]), record["must_be_zero"]
     assert set(STEPS_MUST_BE_ZERO) <= set(record["must_be_zero"]), record["must_be_zero"]
+    assert set(PODS_MUST_BE_ZERO) <= set(record["must_be_zero"]), record["must_be_zero"]
     for must_be_zero in record["must_be_zero"]:
         assert audit[must_be_zero] == 0, (must_be_zero, audit)
     assert record["failed"] == [], record["failed"]

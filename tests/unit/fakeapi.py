@@ -462,14 +462,13 @@ class FakeApiServer:
     def _delete(self, key: tuple[str, str, str, str], foreground: bool = False) -> None:
         obj = self.objects[key]
         finalizers = obj["metadata"].get("finalizers") or []
-        if foreground and not self.collecting and FOREGROUND not in finalizers:
-            # Also on an object being deleted already: a foreground deletion may follow a
-            # background one, and then it waits for the dependents too.
+        deleting = obj["metadata"].get("deletionTimestamp")
+        if foreground and not self.collecting and not deleting:
+            # As the real API server: only a deletion that starts one gets the foreground
+            # finalizer; a propagation cannot be changed once a deletion started.
             obj = copy.deepcopy(obj)
             obj["metadata"]["finalizers"] = [*finalizers, FOREGROUND]
-            obj["metadata"].setdefault(
-                "deletionTimestamp", self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-            )
+            obj["metadata"]["deletionTimestamp"] = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
             self._store(key, obj, "MODIFIED")
             return
         if obj["metadata"].get("finalizers"):

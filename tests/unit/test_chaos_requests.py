@@ -155,3 +155,17 @@ def test_a_request_takes_its_skipped_targets_from_its_status() -> None:
     seen_request = request(phase="Running", succeeded=0)
     seen_request.observe({"status": {"phase": "Complete", "skippedIndexes": "0-1,x"}})
     assert seen_request.skipped == {0, 1}
+
+
+def test_a_dead_letter_two_requests_replayed_is_found() -> None:
+    """Issue 33: two `replay --dead-letters` while the first runs must not both run a run."""
+    first = request(uid="r1", name="r1-c0001", action="Replay", total=1, started=1, succeeded=1)
+    second = request(uid="r2", name="r2-c0001", action="Replay", total=1, started=1, succeeded=1)
+    for replay in (first, second):
+        replay.observe({"status": {"targets": [{"run": "c0001-dead", "slot": "x"}]}})
+    twice = audit([first, second], sighted(job(0, request_uid="r1"), job(0, request_uid="r2")))
+    assert twice["runs_replayed_twice"] == 1
+    second.skipped = {0}
+    once = audit([first, second], sighted(job(0, request_uid="r1")))
+    assert once["runs_replayed_twice"] == 0
+    assert once["runs_replayed"] == 1

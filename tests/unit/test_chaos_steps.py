@@ -83,3 +83,33 @@ def test_a_compensation_of_a_step_that_never_succeeded_is_found() -> None:
         step_job("a", 1, action="compensate"),
     )
     assert result["compensated_unfinished_steps"] == 1
+
+
+def test_a_heartbeat_noticed_late_is_found() -> None:
+    """Issue 33: restarts must not extend a heartbeat's deadline (nobody renews: the claim's)."""
+    seen = run("Running", a=("Retrying", 1))
+    entry = {
+        "time": "2026-12-01T02:00:50Z",
+        "reason": "HeartbeatLost",
+        "message": "step a attempt 1 failed (HeartbeatLost): no heartbeat since "
+        "2026-12-01T02:00:00.000Z (timeout 20 s)",
+    }
+    seen.status["recoveryLog"] = [entry]
+    result = audit([seen])
+    assert result["heartbeats_noticed_late"] == 1  # 30 s after its deadline
+    assert result["heartbeat_noticed_latest_s"] == 30.0
+    entry["time"] = "2026-12-01T02:00:25Z"
+    assert audit([seen])["heartbeats_noticed_late"] == 0
+
+
+def test_a_run_stuck_with_every_step_job_ended_is_found() -> None:
+    seen = run("Running", a=("Running", 1))
+    seen.spec["scheduledAt"] = "2026-12-01T02:00:00Z"
+    slot = 1_796_090_400.0  # 2026-12-01T02:00:00Z
+    ended = step_seen(step_job("a", 1))
+    assert audit_steps([seen], [ended], slot + 600)["step_runs_stuck"] == 1
+    assert audit_steps([seen], [ended], slot + 60)["step_runs_stuck"] == 0  # within the bound
+    running = step_seen(step_job("a", 1, done=False))
+    assert audit_steps([seen], [running], slot + 600)["step_runs_stuck"] == 0  # its Job runs
+    seen.status["conditions"] = [{"type": "Escalated", "status": "True"}]
+    assert audit_steps([seen], [ended], slot + 600)["step_runs_stuck"] == 0  # escalated

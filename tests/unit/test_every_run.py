@@ -29,6 +29,7 @@ from cronlease.steps import Compensation, OnFailure, Step, Steps
 from cronlease.supervision import (
     CREATE_REFUSED,
     LINGER_BOUND,
+    STOPPING_MARGIN,
     Action,
     Escalation,
     RunView,
@@ -143,23 +144,30 @@ def test_a_step_job_whose_owner_reference_was_removed_is_still_its_attempt() -> 
     assert plan.creations == []
 
 
-def test_a_step_deleted_in_the_background_is_not_retried_while_its_job_lives() -> None:
-    """`kubectl delete job` (background): the attempt is lost, and its Job is deleted again in
-    the foreground; the next attempt waits until the Job, and so its pods, are gone."""
+def test_a_step_deleted_in_the_background_is_not_retried_while_its_pods_may_run() -> None:
+    """`kubectl delete job` (background): the attempt is lost. Its pods run on while the Job is
+    in view (the job controller ignores a Job being deleted, and a deletion's propagation cannot
+    be changed once it started), and after it is gone for their grace period: the next attempt
+    waits for both, and the status remembers it across restarts."""
     steps = bank_close(retry=RetryPolicy(max_attempts=2, initial_seconds=0))
     status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
-    background = [job("snapshot", state=JobState.SUCCEEDED), job("interest", deleting=True)]
+    background = [
+        job("snapshot", state=JobState.SUCCEEDED),
+        job("interest", deleting=True, grace=5),
+    ]
     plan = run_through(steps, background, T0, status)
     assert phases(plan)["interest"] == ("Retrying", 1)
-    assert [j.name for j in plan.deletions] == ["interest-run-1"]
+    assert plan.deletions == []  # deleting already: it cannot be asked to wait for its pods
+    assert plan.status["steps"][1]["stopping"] == {"attempt": 1, "grace": 5}
     later = T0 + timedelta(seconds=5)
-    foreground = [background[0], job("interest", deleting=True, foreground=True)]
-    waiting = run_through(steps, foreground, later, plan.status)
-    assert phases(waiting)["interest"] == ("Retrying", 1)
-    assert waiting.creations == []
-    assert waiting.deletions == []
-    gone = run_through(steps, background[:1], later, plan.status)
-    assert gone.creations == [StepJobPlan("interest", Action.RUN, 2)]
+    held = run_through(steps, background, later, plan.status)
+    assert held.creations == []  # still in view
+    gone = run_through(steps, background[:1], later, held.status)
+    assert gone.creations == []  # gone, its pods being stopped by the garbage collector
+    assert gone.wake_at == later + timedelta(seconds=5) + STOPPING_MARGIN
+    stopped = run_through(steps, background[:1], gone.wake_at, gone.status)
+    assert stopped.creations == [StepJobPlan("interest", Action.RUN, 2)]
+    assert "stopping" not in stopped.status["steps"][1]
 
 
 def test_no_compensation_starts_while_a_stopped_steps_job_lives() -> None:

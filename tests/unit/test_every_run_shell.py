@@ -87,18 +87,17 @@ async def test_an_orphaned_running_step_is_still_its_attempt_and_goes_with_its_r
 async def test_a_step_deleted_in_the_background_is_redone_only_once_its_pods_are_gone() -> None:
     retried = {"maxAttempts": 2, "backoff": {"initialSeconds": 0}}
     steps = await run_of([{**BANK[0], "retry": retried}, BANK[1]])
-    steps.shell.server.collecting = False  # pods take their time to stop
     await steps.supervise()
     first = job_of(steps, "snapshot")
     steps.shell.server.remove(*JOBS, NAMESPACE, first)  # kubectl delete job: background
-    await steps.supervise()  # attempt 1 lost; its Job deleted again, in the foreground
-    finalizers = steps.step_jobs()[first]["metadata"]["finalizers"]
-    assert "foregroundDeletion" in finalizers
+    await steps.supervise()  # attempt 1 lost; its pods run on
+    await steps.supervise()  # settled: released, so gone; the garbage collector stops its pods
+    assert first not in steps.step_jobs()
+    await steps.supervise()  # woken by its deletion: its pods are stopped by 30 s + a margin
+    steps.shell.now += timedelta(seconds=30)
     await steps.supervise()
-    await steps.supervise()
-    assert steps.created_step_jobs() == [first]  # attempt 2 waits: attempt 1's pods still run
-    steps.shell.server.collect()  # they stopped
-    await steps.supervise()
+    assert steps.created_step_jobs() == [first]  # within their grace period: no attempt 2
+    steps.shell.now += timedelta(seconds=11)
     await steps.supervise()
     assert phases(steps.run())["snapshot"] == ("Running", 2)
 

@@ -50,6 +50,7 @@ from cronlease.writer import RetryLater, Stale
 
 HEARTBEAT = 30
 STEPS = ("snapshot", "report", "interest", "publish")
+GRACE = 30  # the pods' terminationGracePeriodSeconds (the templates leave the default)
 # A rule that ends most stories acts once in RARE + 1 draws: the others get to happen first.
 RARE = 7
 BOUND_ROUNDS = 40
@@ -73,6 +74,10 @@ class RunHistory(RuleBasedStateMachine):
         self.steps: Steps | None = None
         self.renewed: dict[str, Any] = {}  # step Job -> its pod's last real renewal
         self.restarts = 0
+        # Jobs a user deleted in the background, until they are gone; then until when their pods
+        # may run.
+        self.background: dict[str, dict[str, Any]] = {}
+        self.ghosts: dict[str, tuple[Any, dict[str, Any]]] = {}
         self.up = True  # the operator runs
 
     def run(self, coroutine: Any) -> Any:
@@ -122,12 +127,27 @@ class RunHistory(RuleBasedStateMachine):
         ]
         return sorted(jobs, key=lambda job: int(job["metadata"]["resourceVersion"]))
 
-    def live(self) -> list[dict[str, Any]]:
+    def present(self) -> list[dict[str, Any]]:
+        """Unfinished step Jobs in the server."""
         return [job for job in self.jobs() if not done(job)]
+
+    def live(self) -> list[dict[str, Any]]:
+        """Step Jobs whose pods may run: unfinished ones in the server, and those deleted in the
+        background and gone since less than their pods' grace period (the garbage collector
+        deletes the pods once the Job is gone; they stop within it)."""
+        present = self.present()
+        names = {job["metadata"]["name"] for job in self.jobs()}
+        for name, job in list(self.background.items()):
+            if name in names:
+                continue
+            self.ghosts.setdefault(name, (self.now + timedelta(seconds=GRACE), job))
+            del self.background[name]
+        ghosts = [job for until, job in self.ghosts.values() if until > self.now]
+        return [*present, *ghosts]
 
     def running(self) -> list[dict[str, Any]]:
         """Live and not being deleted: their pods can still finish, fail and renew."""
-        return [job for job in self.live() if not job["metadata"].get("deletionTimestamp")]
+        return [job for job in self.present() if not job["metadata"].get("deletionTimestamp")]
 
     def the_run(self) -> dict[str, Any] | None:
         return self.server.get(*RUNS, *self.key)
@@ -225,19 +245,21 @@ class RunHistory(RuleBasedStateMachine):
         self.server.remove(*LEASES, NAMESPACE, lease["metadata"]["name"])
         self.reacted()
 
-    @precondition(lambda self: bool(self.live()))
+    @precondition(lambda self: bool(self.present()))
     @rule(data=st.data())
     def a_user_orphans_a_step_job(self, data: st.DataObject) -> None:
-        job = data.draw(st.sampled_from(self.live()))
+        job = data.draw(st.sampled_from(self.present()))
         patch = {"metadata": {"ownerReferences": None}}
         self.server.edit(*JOBS, NAMESPACE, job["metadata"]["name"], patch)
         self.reacted()
 
-    @precondition(lambda self: bool(self.live()))
+    @precondition(lambda self: bool(self.present()))
     @rule(data=st.data())
     def a_user_deletes_a_step_job(self, data: st.DataObject) -> None:
         """`kubectl delete job` (background): its pods run on until the Job is gone."""
-        job = data.draw(st.sampled_from(self.live()))
+        job = data.draw(st.sampled_from(self.present()))
+        if not job["metadata"].get("deletionTimestamp"):  # a deletion of its own
+            self.background[job["metadata"]["name"]] = job
         self.server.remove(*JOBS, NAMESPACE, job["metadata"]["name"])
         self.reacted()
 
