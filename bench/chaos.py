@@ -336,7 +336,9 @@ class JobSightings:
         if ended or metadata.get("deletionTimestamp") or random.random() >= MEDDLING_SHARE:
             return
         self.seen.meddled_uids.add(uid)
-        what = random.choice(("delete-job", "orphan", "delete-lease"))
+        template = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        beats = (template.get("annotations") or {}).get("cronlease.io/heartbeat-lease")
+        what = random.choice(("delete-job", "orphan", *(("delete-lease",) * 2 if beats else ())))
         task = asyncio.get_running_loop().create_task(self.meddling(what, metadata))
         self.deletes.add(task)
         task.add_done_callback(self.deletes.discard)

@@ -1,7 +1,8 @@
 """What the chaos auditor saw of multi-step runs (issue 17), and its audit of their step
 attempts. Pure: no I/O. bench/chaos.py feeds it every Run and step Job event it watches.
 
-Whatever faults hit a run, each step's attempts (and each compensation's) must be 1..k, each
+Whatever faults hit a run, each step's attempts (and each compensation's) must be 1..k (but
+those the API server refused to create, CreateRefused in the Run's recovery log), each
 made once (one Job uid per attempt: an attempt never runs twice), no more than the step's
 maxAttempts; a step that succeeded is never started again (no Job of a later attempt than the
 one its Run recorded as succeeded); only a succeeded step is compensated. Runs end in a final
@@ -102,6 +103,17 @@ class RunSeen:
                 return int((part.get("retry") or {}).get("maxAttempts", 1))
         return 1
 
+    def refused(self, step: str) -> set[int]:
+        """The attempts of `step` the run recorded as never created (reason CreateRefused)."""
+        return {
+            entry["attempt"]
+            for entry in self.status.get("recoveryLog") or []
+            if isinstance(entry, dict)
+            and entry.get("step") == step
+            and entry.get("reason") == "CreateRefused"
+            and isinstance(entry.get("attempt"), int)
+        }
+
     def recorded(self, step: str) -> dict[str, Any]:
         return next((e for e in self.status.get("steps") or [] if e.get("name") == step), {})
 
@@ -161,8 +173,10 @@ def audit_steps(
     known = {run.name: run for run in runs}
     gaps = over = redone = compensated_unfinished = restarts = 0
     for (run_name, step, action), numbers in attempts.items():
-        gaps += len(set(range(1, max(numbers) + 1)) - numbers)
         seen_run = known.get(run_name)
+        # An attempt whose Job the API server refused (a quota) has no Job, and says so.
+        refused = seen_run.refused(step) if seen_run is not None else set()
+        gaps += len(set(range(1, max(numbers) + 1)) - numbers - refused)
         if seen_run is None:
             continue
         over += max(0, max(numbers) - seen_run.max_attempts(step, action))

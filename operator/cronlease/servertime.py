@@ -18,9 +18,9 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 
 from cronlease import metrics
+from cronlease.serverdate import ServerDate
 
 log = logging.getLogger(__name__)
 
@@ -28,37 +28,15 @@ log = logging.getLogger(__name__)
 TOLERANCE = timedelta(seconds=2)
 
 
-class ServerClock:
+class ServerClock(ServerDate):
     def __init__(
         self,
         host: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._host, self._monotonic = host, monotonic
-        self._reading: tuple[datetime, float] | None = None  # (server time, monotonic then)
-        self._date = ""  # the Date header of that reading
+        super().__init__(monotonic)
+        self._host = host
         self._warned = False
-
-    def observe(self, date_header: str | None) -> None:
-        """A response's `Date` header (RFC 7231); anything unparseable is ignored. A Date seen
-        again keeps its first reading, the one nearest the start of its second: at a burst
-        hundreds of responses share one, and parsing each was a fiftieth of the operator's CPU."""
-        if not date_header or date_header == self._date:
-            return
-        try:
-            server = parsedate_to_datetime(date_header)
-        except (TypeError, ValueError):
-            return
-        if server.tzinfo is None:
-            return
-        self._reading = (server.astimezone(UTC), self._monotonic())
-        self._date = date_header
-
-    def server_now(self) -> datetime | None:
-        if self._reading is None:
-            return None
-        server, at = self._reading
-        return server + timedelta(seconds=self._monotonic() - at)
 
     def now(self) -> datetime:
         """The host's time, but never later than the server's time plus TOLERANCE."""

@@ -113,3 +113,12 @@ def test_a_run_stuck_with_every_step_job_ended_is_found() -> None:
     assert audit_steps([seen], [running], slot + 600)["step_runs_stuck"] == 0  # its Job runs
     seen.status["conditions"] = [{"type": "Escalated", "status": "True"}]
     assert audit_steps([seen], [ended], slot + 600)["step_runs_stuck"] == 0  # escalated
+
+
+def test_an_attempt_the_api_server_refused_is_no_gap() -> None:
+    """A quota refused attempt 1's Job: attempt 2's is the step's first, recorded so."""
+    seen = run("Succeeded", b=("Succeeded", 2))
+    assert audit([seen], step_job("a", 1), step_job("b", 2))["step_attempt_gaps"] == 1
+    refusal = {"step": "b", "attempt": 1, "action": "WillRestart", "reason": "CreateRefused"}
+    seen.status["recoveryLog"] = [refusal]
+    assert audit([seen], step_job("a", 1), step_job("b", 2))["step_attempt_gaps"] == 0

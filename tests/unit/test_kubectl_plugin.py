@@ -18,10 +18,10 @@ from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.firing import next_firings
 from cronlease.kubectl.ledger import Verdict, build_ledger
 from cronlease.kubectl.output import Progress, age, colour, relative, table
-from cronlease.kubectl.serverclock import ServerClock
 from cronlease.kubectl.translate import translate
 from cronlease.kubectl.views import dead_letters, history, leader, request_progress
 from cronlease.kubectl.window import check_name, parse_instant, parse_window
+from cronlease.serverdate import ServerDate
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
 
@@ -125,15 +125,15 @@ def test_the_start_is_the_later_of_the_status_and_the_latest_job(
 
 def test_the_server_clock_reads_date_headers_on_the_monotonic_clock() -> None:
     ticks = iter([100.0, 100.4, 130.0, 160.0])
-    clock = ServerClock(lambda: next(ticks))
-    assert clock.now() is None  # no answer yet
+    clock = ServerDate(lambda: next(ticks))
+    assert clock.server_now() is None  # no answer yet
     clock.observe("Tue, 01 Dec 2026 12:00:30 GMT")  # read at 100.0
     clock.observe("Tue, 01 Dec 2026 12:00:30 GMT")  # the same second again: the first reading
     clock.observe("not a date")
     clock.observe(None)
-    assert clock.now() == datetime(2026, 12, 1, 12, 0, 30, 400000, tzinfo=UTC)  # at 100.4
+    assert clock.server_now() == datetime(2026, 12, 1, 12, 0, 30, 400000, tzinfo=UTC)  # at 100.4
     clock.observe("Tue, 01 Dec 2026 12:01:00 GMT")  # read at 130.0
-    assert clock.now() == datetime(2026, 12, 1, 12, 1, 30, tzinfo=UTC)  # at 160.0
+    assert clock.server_now() == datetime(2026, 12, 1, 12, 1, 30, tzinfo=UTC)  # at 160.0
 
 
 def _topics(differences: tuple[str, ...]) -> list[str]:

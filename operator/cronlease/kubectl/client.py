@@ -17,7 +17,7 @@ from urllib3.exceptions import HTTPError
 
 from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
 from cronlease.kubectl.errors import PluginError
-from cronlease.kubectl.serverclock import ServerClock
+from cronlease.serverdate import ServerDate
 
 T = TypeVar("T")
 
@@ -40,11 +40,11 @@ class Api:
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
-        self.clock = ServerClock()
+        self.clock = ServerDate()
 
     def server_now(self) -> datetime | None:
         """The API server's time, from the Date of its latest answer; None before any."""
-        return self.clock.now()
+        return self.clock.server_now()
 
     # --- ScheduledJobs and RunRequests ---------------------------------------------------------
 
