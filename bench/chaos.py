@@ -61,6 +61,7 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -193,7 +194,8 @@ RESTARTS = 3
 RESTART_EVERY = 6.0
 # kill-leader and pause-leader first wait this long at most for a run to be between attempts.
 RUN_WAITS_TIMEOUT = 15.0
-# user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen.
+# user-deletes: for this long, this share of the new Jobs is deleted the moment it is seen, and
+# every failed attempt whose run waits for the next; longer (3 x at most) until one such was.
 USER_DELETES_SECONDS = 20.0
 USER_DELETES_SHARE = 0.5
 # lease-latency: from just before a slot, for three lease durations, every GET and PUT of the
@@ -257,6 +259,8 @@ class Observations:
     user_deletes_held: int = 0  # ... of a Job the slot-record finalizer still held
     user_deletes_waiting: int = 0  # ... of a failed attempt whose run waited for the next
     user_deletes_failed: int = 0
+    # Set by each accepted DELETE of a failed attempt whose run waited (read by the fault's thread).
+    deleted_waiting: threading.Event = field(default_factory=threading.Event)
     held_creates: dict[str, int] = field(default_factory=dict)  # lease-latency: answers, by code
     gone: set[str] = field(default_factory=set)  # uids of the Jobs seen DELETED
     requests: dict[str, Request] = field(default_factory=dict)  # RunRequests, by uid
@@ -281,8 +285,8 @@ class JobSightings:
     """Every Job's first sighting and how it ended, listed or watched (a list-then-watch's
     observer): after an API server restart the watch resumes where it was, or lists again if its
     version expired. While the user-deletes fault is on, it is also the user: it deletes a share
-    of the Jobs it sees ADDED at once, most of them before their slot is recorded, and a share of
-    the attempts it sees fail with attempts left, while their run waits for the next."""
+    of the Jobs it sees ADDED at once, most of them before their slot is recorded, and every
+    attempt it sees fail with attempts left, while its run waits for the next."""
 
     def __init__(self, api: KubeApi, namespace: str, seen: Observations) -> None:
         self.api, self.namespace, self.seen = api, namespace, seen
@@ -316,12 +320,14 @@ class JobSightings:
         waits = running and known is not None and known.retryable  # it has just failed
         if waits:
             self.seen.run_waits.set()
-        if time.time() >= self.seen.deleting_until or random.random() >= USER_DELETES_SHARE:
+        if time.time() >= self.seen.deleting_until:
             return
-        if event_type == "ADDED":
-            self.user_delete(obj, UserDeleted.RUNNING)
-        elif waits:
+        # Every failed attempt seen while the fault is on: runs wait only 1 s, and half of the
+        # retry population's attempts are deleted as they appear, so a share would often be none.
+        if waits:
             self.user_delete(obj, UserDeleted.WAITING)
+        elif event_type == "ADDED" and random.random() < USER_DELETES_SHARE:
+            self.user_delete(obj, UserDeleted.RUNNING)
 
     def meddle(self, obj: dict[str, Any]) -> None:
         """step-meddling: a user does one of three things to a running step Job, once."""
@@ -386,6 +392,7 @@ class JobSightings:
             job.user_deleted = when
         if when is UserDeleted.WAITING:
             self.seen.user_deletes_waiting += 1
+            self.seen.deleted_waiting.set()
         finalizers = ((answer or {}).get("metadata") or {}).get("finalizers", [])
         if when is UserDeleted.RUNNING and FINALIZER in finalizers:
             self.seen.user_deletes_held += 1
@@ -661,8 +668,14 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
     seen = replicas.seen
     if fault == "user-deletes":
         before = seen.user_deletes, seen.user_deletes_held, seen.user_deletes_waiting
+        seen.deleted_waiting.clear()
         seen.deleting_until = time.time() + USER_DELETES_SECONDS
-        time.sleep(USER_DELETES_SECONDS + 1)  # and a second for the last DELETEs to be answered
+        time.sleep(USER_DELETES_SECONDS)
+        # Until a failed attempt was deleted while its run waited too, twice as long again at most.
+        seen.deleting_until = time.time() + 2 * USER_DELETES_SECONDS
+        seen.deleted_waiting.wait(2 * USER_DELETES_SECONDS)
+        seen.deleting_until = time.time()
+        time.sleep(1)  # a second for the last DELETEs to be answered
         deleted, held, waiting = (
             seen.user_deletes - before[0],
             seen.user_deletes_held - before[1],
@@ -1047,7 +1060,12 @@ def audit(
         "request_creates_failed": seen.request_creates_failed,
         **attempts,
         **by_request,
-        **audit_steps(seen.runs.values(), seen.step_jobs.values(), time.time()),
+        **audit_steps(
+            seen.runs.values(),
+            seen.step_jobs.values(),
+            time.time(),
+            takeovers=[at for at, holder, _ in seen.lease[1:] if holder],
+        ),
         **audit_pods(seen.pods.values(), step_attempts(seen), seen.let_go),
         "step_meddling": dict(sorted(seen.meddled.items())),
     }
@@ -1129,9 +1147,9 @@ LABELS = {
     "compensated_unfinished_steps": "compensations of steps that never succeeded",
     "heartbeat_restarts": "steps restarted because no heartbeat came",
     "step_runs_unfinished": "multi-step Runs still running at the end (the Job controller's lag)",
-    "heartbeats_noticed_late": "heartbeats lost noticed more than 12 s after their deadline "
-    "(a restart extended it)",
-    "heartbeat_noticed_latest_s": "... the latest, s after the deadline",
+    "heartbeats_noticed_late": "heartbeats lost noticed more than 12 s after their deadline, or "
+    "after a takeover past it (a restart extended it)",
+    "heartbeat_noticed_latest_s": "... the latest, s after the deadline or that takeover",
     "step_runs_stuck": "multi-step Runs neither final nor escalated 5 minutes after their slot, "
     "their step Jobs all ended",
     "step_pods": "step Jobs' pods seen",

@@ -9,8 +9,9 @@ one its Run recorded as succeeded); only a succeeded step is compensated. Runs e
 phase unless the Job controller was still finishing their steps when the audit looked; a run
 whose step Jobs have all ended is final, or escalated, within STUCK_BOUND of its slot (issue
 33: never stuck without a bound). A heartbeat lost is noticed within HEARTBEAT_SLACK of its
-deadline, however often the operator restarted meanwhile (issue 33: restarts never extend a
-heartbeat deadline); nobody renews the chaos runs' heartbeats, so the deadline is the claim's.
+deadline (or of the takeover that ended a leaderless spell after it), however often the
+operator restarted meanwhile (issue 33: restarts never extend a heartbeat deadline); nobody
+renews the chaos runs' heartbeats, so the deadline is the claim's.
 
 The label names are spelled out here, not imported from the operator, so that a rename there
 shows up in the audit.
@@ -19,7 +20,7 @@ shows up in the audit.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,8 +32,8 @@ LABEL_ATTEMPT = "cronlease.io/attempt"
 FINAL = frozenset({"Succeeded", "Failed", "Compensated", "CompensationFailed", "Cancelled"})
 # A run whose step Jobs all ended is final or escalated within this long of its slot.
 STUCK_BOUND = 300.0
-# A heartbeat lost is noticed within this long after its deadline: a takeover (the chaos
-# replicas' 4 s lease) plus a restart of every replica (2 s down) and a few seconds of load.
+# A heartbeat lost is noticed within this long after its deadline, or after the takeover that
+# ended a leaderless spell past it: a cold store filled by listing, and a few seconds of load.
 HEARTBEAT_SLACK = 12.0
 LOST = re.compile(r"no heartbeat since (\S+) \(timeout (\d+) s\)")
 
@@ -125,8 +126,11 @@ def _instant(text: Any) -> float | None:
         return None
 
 
-def heartbeat_lateness(runs: Iterable[RunSeen]) -> list[float]:
-    """For each heartbeat lost a run recorded, how long after its deadline it was noticed."""
+def heartbeat_lateness(runs: Iterable[RunSeen], takeovers: Sequence[float] = ()) -> list[float]:
+    """For each heartbeat lost a run recorded, how long after its deadline it was noticed, or
+    after the last takeover before the notice if one came later than the deadline: a leaderless
+    spell (every replica killed, a Lease left to expire) delays the notice by its length, while
+    a restart that extends the deadline shows as a whole timeout after the takeover."""
     late = []
     for run in runs:
         for entry in run.status.get("recoveryLog") or []:
@@ -135,7 +139,9 @@ def heartbeat_lateness(runs: Iterable[RunSeen]) -> list[float]:
             found = LOST.search(str(entry.get("message", "")))
             noticed, since = _instant(entry.get("time")), _instant(found and found[1])
             if found is not None and noticed is not None and since is not None:
-                late.append(noticed - since - int(found[2]))
+                deadline = since + int(found[2])
+                led = max((t for t in takeovers if deadline < t <= noticed), default=deadline)
+                late.append(noticed - led)
     return late
 
 
@@ -158,10 +164,14 @@ def stuck(runs: Iterable[RunSeen], jobs: Iterable[StepSeen], now: float) -> list
 
 
 def audit_steps(
-    runs: Iterable[RunSeen], jobs: Iterable[StepSeen], now: float | None = None
+    runs: Iterable[RunSeen],
+    jobs: Iterable[StepSeen],
+    now: float | None = None,
+    takeovers: Sequence[float] = (),
 ) -> dict[str, Any]:
+    """`takeovers`: when the leader's Lease changed hands (epoch seconds)."""
     runs, jobs = list(runs), list(jobs)
-    late = heartbeat_lateness(runs)
+    late = heartbeat_lateness(runs, takeovers)
     stuck_runs = stuck(runs, jobs, now) if now is not None else []
     by_attempt: dict[tuple[str, str, str, int], set[str]] = {}
     for job in jobs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from chaos_steps import RunSeen, audit_steps, is_step_job, step_seen
@@ -100,6 +101,28 @@ def test_a_heartbeat_noticed_late_is_found() -> None:
     assert result["heartbeat_noticed_latest_s"] == 30.0
     entry["time"] = "2026-12-01T02:00:25Z"
     assert audit([seen])["heartbeats_noticed_late"] == 0
+
+
+def test_a_heartbeat_is_late_only_counted_from_a_takeover_after_its_deadline() -> None:
+    """No leader between the deadline and a takeover (every replica killed): the new leader
+    must notice soon after it takes over; one that counts the timeout from its start does not."""
+    seen = run("Running", a=("Retrying", 1))
+    deadline = datetime(2026, 12, 1, 2, 0, 20, tzinfo=UTC).timestamp()
+    seen.status["recoveryLog"] = [
+        {
+            "time": "2026-12-01T02:00:50Z",
+            "reason": "HeartbeatLost",
+            "message": "step a attempt 1 failed (HeartbeatLost): no heartbeat since "
+            "2026-12-01T02:00:00.000Z (timeout 20 s)",
+        }
+    ]
+    found = audit_steps([seen], [], takeovers=[deadline - 5, deadline + 25])
+    assert found["heartbeat_noticed_latest_s"] == 5.0  # noticed 5 s after the takeover
+    assert found["heartbeats_noticed_late"] == 0
+    extended = audit_steps([seen], [], takeovers=[deadline - 5, deadline + 5])
+    assert extended["heartbeats_noticed_late"] == 1  # 25 s after a takeover past the deadline
+    before = audit_steps([seen], [], takeovers=[deadline - 5])
+    assert before["heartbeat_noticed_latest_s"] == 30.0  # a takeover before it changes nothing
 
 
 def test_a_run_stuck_with_every_step_job_ended_is_found() -> None:
