@@ -280,6 +280,16 @@ def track_stopping(
     return wake
 
 
+def _may_appear(part: dict[str, Any]) -> bool:
+    """An attempt that ended (cancelled, or its heartbeat lost) before its Job was ever seen:
+    its creation may have happened a moment before, its watch event not in yet. One the API
+    server refused, or whose name another Job holds, was never made."""
+    ended = part.get("phase") == StepPhase.CANCELLED or (
+        part.get("phase") == StepPhase.FAILED and part.get("reason") == HEARTBEAT_LOST
+    )
+    return ended and not part.get("jobUid") and bool(part.get("attempt"))
+
+
 def _still_stopping(steps: list[dict[str, Any]]) -> bool:
     return any(
         isinstance(part, dict) and "stopping" in part
@@ -289,14 +299,12 @@ def _still_stopping(steps: list[dict[str, Any]]) -> bool:
 
 
 def _appearing_until(status: dict[str, Any], now: datetime) -> datetime | None:
-    """Until when a cancelled attempt never seen may still appear in the watch (its creation
-    may have happened a moment before the cancellation); None if none can."""
+    """Until when an attempt that ended before its Job was seen may still appear in the watch
+    (its creation may have happened a moment before it ended); None if none can."""
     latest = None
     for raw in status.get("steps") or []:
         for _, part in _parts(raw) if isinstance(raw, dict) else ():
-            if not isinstance(part, dict) or part.get("phase") != StepPhase.CANCELLED:
-                continue
-            if part.get("jobUid") or not part.get("attempt"):
+            if not isinstance(part, dict) or not _may_appear(part):
                 continue
             until = (parse_time(part.get("finishedAt")) or now) + CREATION_GRACE
             if until > now and (latest is None or until > latest):
@@ -364,6 +372,8 @@ class _Supervisor:
         if job is None:
             if entry.get("jobUid"):  # it existed, and went: this attempt is lost, never redone
                 self._failed(step, entry, action, retry, JOB_DELETED, True)
+            elif heartbeat is not None:  # claimed, its Job not made yet: the claim's deadline
+                self._unseen_heartbeat(step, entry, action, retry, heartbeat)
             return  # else claimed, not created yet (or its creation was lost): missing_jobs()
         entry["jobUid"] = job.uid  # created: from now on, its Job is never made again
         if job.state is JobState.SUCCEEDED:
@@ -404,6 +414,26 @@ class _Supervisor:
             True,
             f"no heartbeat since {format_time(last)} (timeout {heartbeat} s)",
         )
+
+    def _unseen_heartbeat(
+        self, step: Step, entry: dict[str, Any], action: Action, retry: RetryPolicy, seconds: int
+    ) -> None:
+        """A heartbeat counts from the claim, whether or not the attempt's Job could be made
+        (refused again after each restart, creations lost): one not seen by its deadline is
+        abandoned, never made late only to be abandoned at once. It may still appear (made a
+        moment ago): the next attempt, or a compensation, waits CREATION_GRACE for it."""
+        claimed = parse_time(entry.get("startedAt")) or self.now
+        deadline = claimed + timedelta(seconds=seconds)
+        if self.now <= deadline:
+            self._wake(deadline)
+            return
+        attempt = int(entry["attempt"])
+        entry["abandoned"] = [*entry.get("abandoned", []), attempt]
+        detail = f"no heartbeat since {format_time(claimed)} (timeout {seconds} s); no Job seen"
+        self._failed(step, entry, action, retry, HEARTBEAT_LOST, True, detail)
+        if entry["phase"] == StepPhase.RETRYING:
+            retry_at = max(parse_time(entry["retryAt"]) or self.now, self.now + CREATION_GRACE)
+            entry["retryAt"] = format_time(retry_at)
 
     def _failed(
         self,
@@ -627,12 +657,11 @@ class _Supervisor:
             return  # a stopped step's Job is still being deleted (outdated_jobs()): its Job
             # event wakes the run; none is compensated while one of them runs
         for entry in self.entries.values():
-            # A cancelled attempt whose Job was never seen may have been created a moment ago
-            # (its watch event not in yet): it gets the time to show up, and to be deleted.
-            cancelled = parse_time(entry.get("finishedAt")) or self.now
-            unseen = entry["phase"] == StepPhase.CANCELLED and not entry.get("jobUid")
-            if unseen and cancelled + CREATION_GRACE > self.now:
-                self._wake(cancelled + CREATION_GRACE)
+            # An attempt that ended before its Job was ever seen may have been created a moment
+            # ago (its watch event not in yet): it gets the time to show up, and to be deleted.
+            ended = parse_time(entry.get("finishedAt")) or self.now
+            if _may_appear(entry) and ended + CREATION_GRACE > self.now:
+                self._wake(ended + CREATION_GRACE)
                 return
         done = sorted(
             (s for s in self.steps.steps if self.entries[s.name]["phase"] == StepPhase.SUCCEEDED),

@@ -22,12 +22,14 @@ from test_supervision import (
 )
 
 from cronlease.jobinfo import JobState
+from cronlease.naming import format_time
 from cronlease.runstore import RunStore
 from cronlease.spec import RetryPolicy
 from cronlease.stepjob import step_job_info, step_job_name
 from cronlease.steps import Compensation, OnFailure, Step, Steps
 from cronlease.supervision import (
     CREATE_REFUSED,
+    CREATION_GRACE,
     LINGER_BOUND,
     STOPPING_MARGIN,
     Action,
@@ -105,6 +107,35 @@ def test_a_renewal_seen_later_still_counts_from_when_it_was_seen() -> None:
     store = RunStore(lambda key: None, clock=lambda: T0)
     store.upsert_lease(lease("2099-01-01T00:00:00.000000Z"))
     assert store.heartbeats("bank", [attempt]) == {"close-s1": T0}
+
+
+def test_a_heartbeat_attempt_whose_job_was_never_seen_is_abandoned_at_its_claims_deadline() -> None:
+    """Found by the model-based test at 5,000 examples: a quota refused the attempt's Job after
+    each of several restarts (each forgets the refusal), and it was made 48 s after its claim,
+    past its 30 s deadline. A heartbeat counts from the claim whether or not the Job exists:
+    the attempt is abandoned then, and what comes next waits for a Job made a moment before."""
+    steps = bank_close(heartbeat=30)
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    done = [job("snapshot", state=JobState.SUCCEEDED)]
+    before = run_through(steps, done, T0 + timedelta(seconds=29), status)
+    assert phases(before)["interest"] == ("Running", 1)
+    assert before.creations == [StepJobPlan("interest", Action.RUN, 1)]
+    assert before.wake_at == T0 + timedelta(seconds=30)  # its deadline, Job or not
+    late = T0 + timedelta(seconds=31)
+    after = run_through(steps, done, late, status)
+    interest = after.status["steps"][1]
+    assert (interest["phase"], interest["reason"], interest["abandoned"]) == (
+        "Retrying",
+        "HeartbeatLost",
+        [1],
+    )
+    assert interest["retryAt"] == format_time(late + CREATION_GRACE)  # not the 5 s backoff
+    assert after.creations == []  # never made only to be abandoned
+    last = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 2))
+    failed = run_through(steps, done, late, last)
+    assert failed.status["phase"] == "Compensating"
+    assert failed.creations == []  # the compensation waits for a Job made a moment ago
+    assert failed.wake_at == late + CREATION_GRACE
 
 
 # Finding 4: a step that leaves the supervisor's view is taken as ended while it runs.
