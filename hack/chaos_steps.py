@@ -2,7 +2,8 @@
 attempts. Pure: no I/O. bench/chaos.py feeds it every Run and step Job event it watches.
 
 Whatever faults hit a run, each step's attempts (and each compensation's) must be 1..k (but
-those the API server refused to create, CreateRefused in the Run's recovery log), each
+those the Run's recovery log says have no Job: CreateRefused, or HeartbeatLost before the
+Job could be made), each
 made once (one Job uid per attempt: an attempt never runs twice), no more than the step's
 maxAttempts; a step that succeeded is never started again (no Job of a later attempt than the
 one its Run recorded as succeeded); only a succeeded step is compensated. Runs end in a final
@@ -35,6 +36,7 @@ STUCK_BOUND = 300.0
 # A heartbeat lost is noticed within this long after its deadline, or after the takeover that
 # ended a leaderless spell past it: a cold store filled by listing, and a few seconds of load.
 HEARTBEAT_SLACK = 12.0
+NO_JOB_SEEN = "no Job seen"  # the operator's words for a heartbeat lost before its Job was
 LOST = re.compile(r"no heartbeat since (\S+) \(timeout (\d+) s\)")
 
 
@@ -104,15 +106,23 @@ class RunSeen:
                 return int((part.get("retry") or {}).get("maxAttempts", 1))
         return 1
 
-    def refused(self, step: str) -> set[int]:
-        """The attempts of `step` the run recorded as never created (reason CreateRefused)."""
+    def never_made(self, step: str) -> set[int]:
+        """The attempts of `step` the run recorded as having no Job: the API server refused it
+        (CreateRefused), or its heartbeat deadline passed before it could be made (HeartbeatLost,
+        "no Job seen")."""
         return {
             entry["attempt"]
             for entry in self.status.get("recoveryLog") or []
             if isinstance(entry, dict)
             and entry.get("step") == step
-            and entry.get("reason") == "CreateRefused"
             and isinstance(entry.get("attempt"), int)
+            and (
+                entry.get("reason") == "CreateRefused"
+                or (
+                    entry.get("reason") == "HeartbeatLost"
+                    and NO_JOB_SEEN in str(entry.get("message", ""))
+                )
+            )
         }
 
     def recorded(self, step: str) -> dict[str, Any]:
@@ -184,9 +194,10 @@ def audit_steps(
     gaps = over = redone = compensated_unfinished = restarts = 0
     for (run_name, step, action), numbers in attempts.items():
         seen_run = known.get(run_name)
-        # An attempt whose Job the API server refused (a quota) has no Job, and says so.
-        refused = seen_run.refused(step) if seen_run is not None else set()
-        gaps += len(set(range(1, max(numbers) + 1)) - numbers - refused)
+        # An attempt whose Job the API server refused (a quota), or whose heartbeat deadline
+        # passed before it could be made, has no Job, and says so.
+        never_made = seen_run.never_made(step) if seen_run is not None else set()
+        gaps += len(set(range(1, max(numbers) + 1)) - numbers - never_made)
         if seen_run is None:
             continue
         over += max(0, max(numbers) - seen_run.max_attempts(step, action))

@@ -283,11 +283,18 @@ def track_stopping(
 def _may_appear(part: dict[str, Any]) -> bool:
     """An attempt that ended (cancelled, or its heartbeat lost) before its Job was ever seen:
     its creation may have happened a moment before, its watch event not in yet. One the API
-    server refused, or whose name another Job holds, was never made."""
+    server refused, or whose name another Job holds, was never made. Timed from its
+    `finishedAt`: one without a readable one (someone mangled the status) is not waited for,
+    or it would be waited for on every pass, for ever."""
     ended = part.get("phase") == StepPhase.CANCELLED or (
         part.get("phase") == StepPhase.FAILED and part.get("reason") == HEARTBEAT_LOST
     )
-    return ended and not part.get("jobUid") and bool(part.get("attempt"))
+    return (
+        ended
+        and not part.get("jobUid")
+        and bool(part.get("attempt"))
+        and parse_time(part.get("finishedAt")) is not None
+    )
 
 
 def _still_stopping(steps: list[dict[str, Any]]) -> bool:

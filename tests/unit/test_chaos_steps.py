@@ -145,3 +145,21 @@ def test_an_attempt_the_api_server_refused_is_no_gap() -> None:
     refusal = {"step": "b", "attempt": 1, "action": "WillRestart", "reason": "CreateRefused"}
     seen.status["recoveryLog"] = [refusal]
     assert audit([seen], step_job("a", 1), step_job("b", 2))["step_attempt_gaps"] == 0
+
+
+def test_an_attempt_abandoned_before_its_job_was_made_is_no_gap() -> None:
+    """A quota refused attempt 1's Job after each restart until its heartbeat deadline passed:
+    abandoned with no Job, as its log entry says; a heartbeat lost by a Job that ran is not."""
+    seen = run("Succeeded", b=("Succeeded", 2))
+    lost = {
+        "step": "b",
+        "attempt": 1,
+        "action": "WillRestart",
+        "reason": "HeartbeatLost",
+        "message": "step b attempt 1 failed (HeartbeatLost): no heartbeat since "
+        "2026-12-01T02:00:00.000Z (timeout 20 s)",
+    }
+    seen.status["recoveryLog"] = [lost]
+    assert audit([seen], step_job("a", 1), step_job("b", 2))["step_attempt_gaps"] == 1
+    lost["message"] += "; no Job seen"
+    assert audit([seen], step_job("a", 1), step_job("b", 2))["step_attempt_gaps"] == 0

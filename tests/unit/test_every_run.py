@@ -136,6 +136,27 @@ def test_a_heartbeat_attempt_whose_job_was_never_seen_is_abandoned_at_its_claims
     assert failed.status["phase"] == "Compensating"
     assert failed.creations == []  # the compensation waits for a Job made a moment ago
     assert failed.wake_at == late + CREATION_GRACE
+    graced = late + CREATION_GRACE + timedelta(seconds=1)
+    undo = run_through(steps, done, graced, failed.status)
+    assert undo.creations == [StepJobPlan("snapshot", Action.COMPENSATE, 1)]
+    # It did show up after all: deleted, and the next attempt waits for it to go.
+    shown = run_through(steps, [*done, job("interest")], graced, after.status)
+    assert [j.name for j in shown.deletions] == ["interest-run-1"]
+    assert phases(shown)["interest"] == ("Retrying", 1)
+    assert shown.creations == []
+
+
+def test_a_run_that_stops_on_a_heartbeat_never_seen_lets_go_after_the_creation_grace() -> None:
+    steps = bank_close(OnFailure.STOP, heartbeat=30, retry=RetryPolicy(max_attempts=1))
+    status = status_at(steps, ("snapshot", "Succeeded", 1), ("interest", "Running", 1))
+    done = [job("snapshot", state=JobState.SUCCEEDED)]
+    late = T0 + timedelta(seconds=31)
+    failed = run_through(steps, done, late, status)
+    assert failed.status["phase"] == "Failed"
+    held = RunView("close-1", "bank", "run-uid", view(steps).spec, failed.status, supervised=True)
+    assert not supervise(held, done, {}, late).release_run
+    graced = late + CREATION_GRACE + timedelta(seconds=1)
+    assert supervise(held, done, {}, graced).release_run
 
 
 # Finding 4: a step that leaves the supervisor's view is taken as ended while it runs.
