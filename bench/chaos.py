@@ -243,6 +243,7 @@ class Fault:
     applied: bool  # False when there was nobody to apply it to (no leader, no standby)
     what: str
     began: float = 0.0  # epoch seconds
+    ended: float = 0.0  # epoch seconds
 
 
 @dataclass
@@ -1065,6 +1066,11 @@ def audit(
             seen.step_jobs.values(),
             time.time(),
             takeovers=[at for at, holder, _ in seen.lease[1:] if holder],
+            outages=[
+                (fault.began, fault.ended)
+                for fault in seen.faults
+                if fault.applied and fault.kind in ("restart-apiserver", "restart-etcd")
+            ],
         ),
         **audit_pods(seen.pods.values(), step_attempts(seen), seen.let_go),
         "step_meddling": dict(sorted(seen.meddled.items())),
@@ -1148,7 +1154,7 @@ LABELS = {
     "heartbeat_restarts": "steps restarted because no heartbeat came",
     "step_runs_unfinished": "multi-step Runs still running at the end (the Job controller's lag)",
     "heartbeats_noticed_late": "heartbeats lost noticed more than 12 s after their deadline, or "
-    "after a takeover past it (a restart extended it)",
+    "after a takeover past it, API server and etcd restarts not counted (a restart extended it)",
     "heartbeat_noticed_latest_s": "... the latest, s after the deadline or that takeover",
     "step_runs_stuck": "multi-step Runs neither final nor escalated 5 minutes after their slot, "
     "their step Jobs all ended",
@@ -1387,7 +1393,8 @@ async def chaos(
             applied, what = await asyncio.to_thread(inject, fault, cluster, replicas)
             if applied and waiting:
                 what += ", as a run waited for its next attempt"
-            seen.faults.append(Fault(time.time() - start, fault, applied, what, began))
+            ended = time.time()
+            seen.faults.append(Fault(ended - start, fault, applied, what, began, ended))
             print(f"  t+{time.time() - start:.0f} s: {what}", flush=True)
         requests.cancel()  # no more requests either: the quiet end is for them to finish too
         # A quiet end: catch-ups within the deadline, then a clean status everywhere; and the

@@ -10,9 +10,10 @@ one its Run recorded as succeeded); only a succeeded step is compensated. Runs e
 phase unless the Job controller was still finishing their steps when the audit looked; a run
 whose step Jobs have all ended is final, or escalated, within STUCK_BOUND of its slot (issue
 33: never stuck without a bound). A heartbeat lost is noticed within HEARTBEAT_SLACK of its
-deadline (or of the takeover that ended a leaderless spell after it), however often the
-operator restarted meanwhile (issue 33: restarts never extend a heartbeat deadline); nobody
-renews the chaos runs' heartbeats, so the deadline is the claim's.
+deadline (or of the takeover that ended a leaderless spell after it; a control plane restart
+does not count), however often the operator restarted meanwhile (issue 33: restarts never
+extend a heartbeat deadline); nobody renews the chaos runs' heartbeats, so the deadline is the
+claim's.
 
 The label names are spelled out here, not imported from the operator, so that a rename there
 shows up in the audit.
@@ -34,7 +35,8 @@ FINAL = frozenset({"Succeeded", "Failed", "Compensated", "CompensationFailed", "
 # A run whose step Jobs all ended is final or escalated within this long of its slot.
 STUCK_BOUND = 300.0
 # A heartbeat lost is noticed within this long after its deadline, or after the takeover that
-# ended a leaderless spell past it: a cold store filled by listing, and a few seconds of load.
+# ended a leaderless spell past it, not counting API server and etcd restarts: a cold store
+# filled by listing, and a few seconds of load.
 HEARTBEAT_SLACK = 12.0
 NO_JOB_SEEN = "no Job seen"  # the operator's words for a heartbeat lost before its Job was
 LOST = re.compile(r"no heartbeat since (\S+) \(timeout (\d+) s\)")
@@ -136,11 +138,16 @@ def _instant(text: Any) -> float | None:
         return None
 
 
-def heartbeat_lateness(runs: Iterable[RunSeen], takeovers: Sequence[float] = ()) -> list[float]:
+def heartbeat_lateness(
+    runs: Iterable[RunSeen],
+    takeovers: Sequence[float] = (),
+    outages: Sequence[tuple[float, float]] = (),
+) -> list[float]:
     """For each heartbeat lost a run recorded, how long after its deadline it was noticed, or
     after the last takeover before the notice if one came later than the deadline: a leaderless
     spell (every replica killed, a Lease left to expire) delays the notice by its length, while
-    a restart that extends the deadline shows as a whole timeout after the takeover."""
+    a restart that extends the deadline shows as a whole timeout after the takeover. Time in
+    `outages` (the API server or etcd restarting: nobody can write) does not count either."""
     late = []
     for run in runs:
         for entry in run.status.get("recoveryLog") or []:
@@ -151,7 +158,8 @@ def heartbeat_lateness(runs: Iterable[RunSeen], takeovers: Sequence[float] = ())
             if found is not None and noticed is not None and since is not None:
                 deadline = since + int(found[2])
                 led = max((t for t in takeovers if deadline < t <= noticed), default=deadline)
-                late.append(noticed - led)
+                down = sum(max(0.0, min(end, noticed) - max(begin, led)) for begin, end in outages)
+                late.append(noticed - led - down)
     return late
 
 
@@ -178,10 +186,12 @@ def audit_steps(
     jobs: Iterable[StepSeen],
     now: float | None = None,
     takeovers: Sequence[float] = (),
+    outages: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
-    """`takeovers`: when the leader's Lease changed hands (epoch seconds)."""
+    """`takeovers`: when the leader's Lease changed hands; `outages`: from when to when the
+    control plane could take no write (epoch seconds)."""
     runs, jobs = list(runs), list(jobs)
-    late = heartbeat_lateness(runs, takeovers)
+    late = heartbeat_lateness(runs, takeovers, outages)
     stuck_runs = stuck(runs, jobs, now) if now is not None else []
     by_attempt: dict[tuple[str, str, str, int], set[str]] = {}
     for job in jobs:

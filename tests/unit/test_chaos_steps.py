@@ -123,6 +123,11 @@ def test_a_heartbeat_is_late_only_counted_from_a_takeover_after_its_deadline() -
     assert extended["heartbeats_noticed_late"] == 1  # 25 s after a takeover past the deadline
     before = audit_steps([seen], [], takeovers=[deadline - 5])
     assert before["heartbeat_noticed_latest_s"] == 30.0  # a takeover before it changes nothing
+    # The API server restarting from 5 s before the deadline to 25 s after: 5 s late, not 30.
+    down = audit_steps([seen], [], outages=[(deadline - 5, deadline + 25)])
+    assert down["heartbeat_noticed_latest_s"] == 5.0
+    after = audit_steps([seen], [], outages=[(deadline + 40, deadline + 50)])
+    assert after["heartbeat_noticed_latest_s"] == 30.0  # one after the notice changes nothing
 
 
 def test_a_run_stuck_with_every_step_job_ended_is_found() -> None:
