@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv plugin controlplane image cluster-up cluster-down lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards bench-jobrecords soak clean
+.PHONY: help venv plugin controlplane image image-docker-archive cluster-up cluster-down node-up node-down e2e-cluster lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards bench-jobrecords soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ $(PLUGIN_VENV)/.installed: pyproject.toml
 
 plugin: $(PLUGIN_VENV)/.installed ## the kubectl plugin in its own venv: .venv-plugin/bin/kubectl-cronlease
 
-controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, kube-state-metrics (cached)
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, kube-state-metrics, a kubelet and pause (cached)
 	bash hack/controlplane/build.sh
 	bash hack/kube-state-metrics/build.sh
 
@@ -44,6 +44,12 @@ $(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wi
 
 image: $(IMAGE_ARCHIVE) ## the operator image from Dockerfile, by buildah, into .cache/image/cronlease-<version>.oci.tar
 
+# For `kind load image-archive`: a Docker archive, whose name kind's containerd normalises as the
+# kubelet asks for it (docker.io/library/cronlease:<version>).
+image-docker-archive: image ## the operator image as a Docker archive: .cache/image/cronlease-<version>.docker.tar
+	rm -f .cache/image/cronlease-$(VERSION).docker.tar
+	bash hack/image/buildah push --quiet localhost/cronlease:$(VERSION) docker-archive:.cache/image/cronlease-$(VERSION).docker.tar:cronlease:$(VERSION)
+
 cluster-up: venv controlplane ## start the local control plane (reuses a running one)
 	$(BIN)/python -m devcluster up
 	@echo "try: KUBECONFIG=.cache/cluster/kubeconfig kubectl get nodes"
@@ -51,6 +57,13 @@ cluster-up: venv controlplane ## start the local control plane (reuses a running
 cluster-down: venv ## stop the local control plane (and the demo's operator) and delete its data
 	-[ -f .cache/demo/operator.pid ] && kill "$$(cat .cache/demo/operator.pid)" 2>/dev/null; rm -f .cache/demo/operator.pid
 	$(BIN)/python -m devcluster down
+
+node-up: venv controlplane image ## a real node beside kwok's (containerd, runc, a kubelet; root), the operator's image imported
+	$(BIN)/python -m devcluster up
+	$(BIN)/python -m devcluster node-up
+
+node-down: venv ## stop the real node and take back what it changed on the host
+	$(BIN)/python -m devcluster node-down
 
 lint: venv ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -64,6 +77,9 @@ unit: venv plugin ## unit tests (no cluster, no Go build; the chart tests skip u
 
 e2e: venv plugin controlplane image ## end-to-end tests against the real control plane (started if needed)
 	$(PYTEST) tests/e2e
+
+e2e-cluster: venv plugin ## the real-pod e2e tests against the cluster in $$KUBECONFIG (kind: load the image first, see README)
+	$(PYTEST) tests/e2e/test_real_node.py --k8s-kubeconfig "$${KUBECONFIG:?set KUBECONFIG to the cluster}"
 
 test: lint typecheck controlplane image unit e2e ## everything CI runs (controlplane first: the chart tests need its helm)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
-# helm) from the versions pinned in this module, into $BIN_DIR (default: <repo>/.cache/bin).
+# helm), and a real node's kubelet and pause program, from the versions pinned in this module, into $BIN_DIR (default: <repo>/.cache/bin).
 # A cold build takes many minutes on 2 cores, so the result is cached and rebuilt only when
 # go.mod, go.sum or this script change.
 set -euo pipefail
@@ -10,8 +10,8 @@ bin_dir=${BIN_DIR:-$repo/.cache/bin}
 stamp_file=$bin_dir/.stamp
 cd "$here"
 
-stamp=$(cat go.mod go.sum build.sh | sha256sum | cut -d' ' -f1)
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm)
+stamp=$(cat go.mod go.sum build.sh pause/main.go | sha256sum | cut -d' ' -f1)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok helm pause)
 if [[ -f $stamp_file && $(cat "$stamp_file") == "$stamp" ]]; then
   missing=0
   for b in "${binaries[@]}"; do [[ -x $bin_dir/$b ]] || missing=1; done
@@ -40,6 +40,8 @@ packages=(
   k8s.io/kubernetes/cmd/kube-apiserver
   k8s.io/kubernetes/cmd/kube-controller-manager
   k8s.io/kubernetes/cmd/kube-scheduler
+  k8s.io/kubernetes/cmd/kubelet
+  cronlease.dev/hack/controlplane/pause
   sigs.k8s.io/kwok/cmd/kwok
   helm.sh/helm/v4/cmd/helm
 )

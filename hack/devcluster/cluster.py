@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devcluster import apiserver, controllers, etcd, kwok
+from devcluster import apiserver, controllers, etcd, kwok, node
 from devcluster.kubeconfig import write_kubeconfig
 from devcluster.kwok import NODE_NAME
 
@@ -231,6 +231,9 @@ def stop_cluster() -> bool:
 
 
 def _teardown(cluster: Cluster) -> None:
+    real = node.load(cluster.kubeconfig.parent)
+    if real is not None:
+        _stop_node(real, cluster)
     for name in reversed(COMPONENTS):
         if name in cluster.pids:
             stop(cluster.pids[name], name)
@@ -276,9 +279,12 @@ def _start(directory: Path) -> Cluster:
                 log_dir,
                 etcd_url=store.url,
                 port=api_port,
-                serving=ca.issue("apiserver", "kube-apiserver", server=True),
+                serving=ca.issue(
+                    "apiserver", "kube-apiserver", server=True, addresses=(apiserver.SERVICE_IP,)
+                ),
                 client_ca=ca.pair.cert,
                 service_account=sa_keys,
+                kubelet_client=ca.issue("apiserver-kubelet-client", "kube-apiserver"),
             )
         )
         _wait_for(lambda: _api_ready(cluster), 90, "kube-apiserver /readyz", cluster)
@@ -349,6 +355,72 @@ def _restart_kwok(cluster: Cluster) -> None:
     )
 
 
+def ensure_node(images: list[Path]) -> node.NodeState:
+    """The real node beside kwok's (issue 37), started if it is not running, with `images` (OCI
+    archives) imported. While it runs, kwok's node is tainted, as kwok's fake nodes are meant to
+    be: pods without a toleration (the chart's operator) run for real, and kwok's pod template
+    tolerates everything."""
+    directory = cluster_dir()
+    with _locked(directory):
+        cluster = Cluster.load(directory)
+        if cluster is None or cluster.dead_components():
+            raise ClusterError("no control plane is running: `devcluster up` first")
+        existing = node.load(directory)
+        if existing is not None and node.running(existing):
+            node.import_images(existing, images, directory)
+            return existing
+        if existing is not None:
+            _log("found a broken real node; replacing it")
+            _stop_node(existing, cluster)
+        started = node.start(
+            cluster_dir=directory,
+            data_dir=cluster.data_dir,
+            log_dir=cluster.log_dir,
+            bins=bin_dir(),
+            server=cluster.server,
+            images=images,
+        )
+        try:
+            _wait_for(
+                lambda: _node_ready(cluster, node.NODE_NAME), 90, f"{node.NODE_NAME} Ready", cluster
+            )
+        except BaseException:
+            _stop_node(started, cluster)
+            raise
+        cluster.kubectl("taint", "node", NODE_NAME, f"{kwok.FAKE_TAINT}:NoSchedule", "--overwrite")
+        _log(f"real node {node.NODE_NAME} Ready; {NODE_NAME} tainted {kwok.FAKE_TAINT}")
+        return started
+
+
+def stop_node() -> bool:
+    """Stop the real node if one runs (and untaint kwok's); True if there was one."""
+    directory = cluster_dir()
+    with _locked(directory):
+        cluster = Cluster.load(directory)
+        existing = node.load(directory)
+        if cluster is None or existing is None:
+            return False
+        _stop_node(existing, cluster)
+        return True
+
+
+def _stop_node(state: node.NodeState, cluster: Cluster) -> None:
+    if cluster.dead_components():
+        node.stop_node(state, cluster.kubeconfig.parent)
+        return
+    node.stop_node(state, cluster.kubeconfig.parent, lambda: _delete_pods_of(cluster))
+    cluster.kubectl("delete", "node", node.NODE_NAME, "--ignore-not-found", "--wait=false")
+    taint = kwok.FAKE_TAINT.split("=")[0]
+    cluster.kubectl("taint", "node", NODE_NAME, f"{taint}:NoSchedule-", check=False)
+
+
+def _delete_pods_of(cluster: Cluster) -> None:
+    cluster.kubectl(
+        "delete", "pods", "--all-namespaces", "--force", "--grace-period=0", "--wait=false",
+        f"--field-selector=spec.nodeName={node.NODE_NAME}", check=False,
+    )  # fmt: skip
+
+
 def start_kwok(kubeconfig: Path, log_dir: Path) -> int:
     """Run kwok against any cluster (ours, or kind's) to play the fake node and its pods."""
     return kwok.start(bin_dir(), kubeconfig, log_dir, free_port()).process.pid
@@ -369,9 +441,9 @@ def _default_service_account(cluster: Cluster) -> bool:
     return out.strip() == "serviceaccount/default"
 
 
-def _node_ready(cluster: Cluster) -> bool:
+def _node_ready(cluster: Cluster, name: str = NODE_NAME) -> bool:
     jsonpath = '{.status.conditions[?(@.type=="Ready")].status}'
-    out = cluster.kubectl("get", "node", NODE_NAME, "-o", f"jsonpath={jsonpath}", check=False)
+    out = cluster.kubectl("get", "node", name, "-o", f"jsonpath={jsonpath}", check=False)
     return out.strip() == "True"
 
 

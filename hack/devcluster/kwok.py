@@ -15,6 +15,8 @@ NAME = "kwok"
 STAGES = Path(__file__).with_name("kwok-stages.yaml")
 NODE_NAME = "kwok-node-0"
 NODE_SELECTOR_LABEL = ("type", "kwok")
+# The taint kwok's documentation gives fake nodes; ours has it while a real node runs beside it.
+FAKE_TAINT = "kwok.x-k8s.io/node=fake"
 
 
 def start(bins: Path, kubeconfig: Path, log_dir: Path, port: int, stages: Path = STAGES) -> Started:
@@ -35,7 +37,8 @@ def start(bins: Path, kubeconfig: Path, log_dir: Path, port: int, stages: Path =
 
 
 def fake_node() -> dict[str, Any]:
-    """One fake node, untainted, labelled type=kwok so test pods can select it on kind too."""
+    """One fake node, untainted (but while a real node runs: devcluster.cluster.ensure_node),
+    labelled type=kwok so test pods can select it on kind too."""
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -48,6 +48,7 @@ class CertificateAuthority:
     """A CA that issues the serving and client certificates of one cluster."""
 
     def __init__(self, directory: Path) -> None:
+        """A new CA, written to `directory` (ca.crt, ca.key)."""
         self.directory = directory
         self._key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
@@ -81,6 +82,20 @@ class CertificateAuthority:
         self.pair.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.pair.key, self._key)
 
+    @classmethod
+    def load(cls, directory: Path) -> CertificateAuthority:
+        """The running cluster's CA, read back from `directory`: a node joining later (the real
+        node) gets its certificates from the same CA as the control plane."""
+        ca = cls.__new__(cls)
+        ca.directory = directory
+        ca.pair = KeyPair(directory / "ca.crt", directory / "ca.key")
+        ca._cert = x509.load_pem_x509_certificate(ca.pair.cert.read_bytes())
+        key = serialization.load_pem_private_key(ca.pair.key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{ca.pair.key}: not the EC key this CA writes")
+        ca._key, ca._name = key, ca._cert.subject
+        return ca
+
     def issue(
         self,
         name: str,
@@ -88,8 +103,10 @@ class CertificateAuthority:
         organizations: tuple[str, ...] = (),
         *,
         server: bool = False,
+        addresses: tuple[str, ...] = (),
     ) -> KeyPair:
-        """Issue a client certificate, or a serving one for 127.0.0.1 and localhost."""
+        """Issue a client certificate, or a serving one for 127.0.0.1, localhost,
+        kubernetes.default.svc and `addresses` (the kubernetes Service's IP, for pods)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -111,6 +128,7 @@ class CertificateAuthority:
                         x509.DNSName("localhost"),
                         x509.DNSName("kubernetes.default.svc"),
                         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                        *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses),
                     ]
                 ),
                 critical=False,

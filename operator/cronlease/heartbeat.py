@@ -8,14 +8,22 @@ heartbeat policy says this pod is not the Lease's attempt) stops the renewals fo
 sidecar that exited would only be restarted by the kubelet. A Lease that is gone (404) is waited
 for: the operator creates it right after the Job (the pod may start first), and makes it again
 if someone deletes it; an abandoned attempt's pod is deleted with its Job.
+
+SIGTERM (the kubelet's, once the pod's main containers have exited, or when the pod is deleted)
+ends it at once, after one last renewal: the Job then ends within moments of its main container
+(as process 1 of its container, without a handler, the signal would be ignored and the pod
+would wait out its grace period, issue 37), and the supervisor gives the Job controller a whole
+heartbeat timeout, counted from the pod's end, to record the attempt's result.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,8 +66,12 @@ async def renew_forever(
     name: str,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     interval: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> str:
-    """Renew until stopped; why it stopped. Transient failures are retried at the next turn."""
+    """Renew until refused or `stop` is set; why it stopped. Transient failures are retried at
+    the next turn. A stop renews once more (best effort), so that the heartbeat counts from the
+    pod's end, not from the renewal before it."""
+    stop = stop or asyncio.Event()
     while True:
         try:
             wait = await renew(api, namespace, name, clock())
@@ -68,7 +80,12 @@ async def renew_forever(
         except (ApiError, TransportError) as error:
             log.warning("renewing Lease %s/%s failed: %s", namespace, name, error)
             wait = MIN_INTERVAL
-        await asyncio.sleep(interval or wait)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval or wait)
+        if stop.is_set():
+            with contextlib.suppress(Stopped, ApiError, TransportError):
+                await renew(api, namespace, name, clock())
+            return "the pod is ending (SIGTERM)"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -103,12 +120,18 @@ def main(argv: Sequence[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
         api = connect(2)
         try:
-            why = await renew_forever(api, args.namespace, args.lease, interval=args.interval)
+            why = await renew_forever(
+                api, args.namespace, args.lease, interval=args.interval, stop=stop
+            )
         finally:
             await api.close()
         log.info("not renewing any more: %s", why)
-        await asyncio.Event().wait()  # a sidecar that exits is restarted: idle until the pod ends
+        await stop.wait()  # a sidecar that exits is restarted: idle until the pod ends
 
     asyncio.run(run())
