@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
-# helm), and a real node's kubelet and pause program, from the versions pinned in this module, into $BIN_DIR (default: <repo>/.cache/bin).
+# helm) and a real node's kubelet and pause program (hack/devcluster/node.py) from the versions
+# pinned in this module, into $BIN_DIR (default: <repo>/.cache/bin).
 # A cold build takes many minutes on 2 cores, so the result is cached and rebuilt only when
-# go.mod, go.sum or this script change.
+# go.mod, go.sum, this script or pause/main.go change.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)

@@ -112,6 +112,7 @@ def every_second(kube: Kube, namespace: str, name: str = "tick") -> None:
 def test_the_chart_runs_on_the_real_node_ready_through_its_probes_one_leading(
     kube: Kube, namespace: str, chart: str
 ) -> None:
+    print(kube.run("get", "pods", "-o", "wide", "-n", OPERATOR_NAMESPACE).stdout)
     pods = operator_pods(kube)
     assert len(pods) == 2
     assert all(is_ready(p) for p in pods)
@@ -161,7 +162,12 @@ def test_a_deleted_leader_pod_hands_over_with_one_job_per_slot(
 def test_a_rolling_restart_keeps_one_job_per_slot(kube: Kube, namespace: str, chart: str) -> None:
     every_second(kube, namespace)
     before = {p["metadata"]["name"] for p in operator_pods(kube)}
+    old = holder(kube)
     kube.run("rollout", "restart", DEPLOYMENT, "-n", OPERATOR_NAMESPACE)
+    wait_for(lambda: holder(kube) != old, 120, "the old leader to let go", 0.02)
+    seconds = takeover_seconds(kube, old, 30)  # from its release (an empty holder) to the next
+    print(f"a rolling restart: no replica led for {seconds:.2f} s")
+    assert seconds < 5, seconds
     rollout(kube)
     assert not before & {p["metadata"]["name"] for p in operator_pods(kube)}
     leader = leader_pod(kube)
