@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from devcluster import apiserver
-from devcluster.image import BUILDAH
+from devcluster.image import buildah
 from devcluster.kubeconfig import write_kubeconfig
 from devcluster.pki import CertificateAuthority
 from devcluster.processes import free_port, is_running, spawn, stop
@@ -210,21 +210,14 @@ def pause_archive(bins: Path) -> Path:
     if archive.exists():
         return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
-    container = _buildah("from", "--quiet", "scratch").strip()
+    container = buildah("from", "--quiet", "scratch").strip()
     try:
-        _buildah("copy", "--quiet", "--chmod", "0755", container, str(program), "/pause")
-        _buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
-        _buildah("commit", "--quiet", container, f"oci-archive:{archive}:{PAUSE_IMAGE}")
+        buildah("copy", "--quiet", "--chmod", "0755", container, str(program), "/pause")
+        buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
+        buildah("commit", "--quiet", container, f"oci-archive:{archive}:{PAUSE_IMAGE}")
     finally:
-        _buildah("rm", container)
+        buildah("rm", container)
     return archive
-
-
-def _buildah(*args: str) -> str:
-    result = subprocess.run([str(BUILDAH), *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise NodeError(f"buildah {' '.join(args)}: {result.stderr.strip()}")
-    return result.stdout
 
 
 def _network(state: NodeState) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_steps import stepper, the_run
 
 from devcluster import image, node
 from devcluster.cluster import Cluster, cluster_dir, ensure_node, stop_node
@@ -208,16 +209,6 @@ def test_the_disruption_budget_refuses_an_eviction_that_would_leave_no_replica(
 # --- step pods -----------------------------------------------------------------------------------
 
 
-def stepper(kube: Kube, namespace: str) -> str:
-    """The step pods' ServiceAccount, bound to the chart's heartbeat role, as the README says."""
-    kube.run("create", "serviceaccount", "stepper", "-n", namespace)
-    kube.run(
-        "create", "rolebinding", "stepper-heartbeat", f"--clusterrole={RELEASE}-heartbeat",
-        f"--serviceaccount={namespace}:stepper", "-n", namespace,
-    )  # fmt: skip
-    return "stepper"
-
-
 def real_step(reference: str, account: str, program: str, timeout: int) -> dict[str, Any]:
     """A step whose pod runs `program` in the operator's image, with the `cronlease heartbeat`
     sidecar as the README shows it."""
@@ -259,11 +250,6 @@ def run_now(kube: Kube, namespace: str, step: dict[str, Any]) -> None:
             "spec": {"runAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "steps": [step]},
         }
     )
-
-
-def the_run(kube: Kube, namespace: str) -> dict[str, Any] | None:
-    runs = kube.items("runs", namespace)
-    return runs[0] if runs else None
 
 
 def step_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
