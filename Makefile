@@ -89,8 +89,8 @@ demo: venv controlplane ## start a cluster, run the operator, apply the examples
 bench: venv controlplane ## cronlease vs CronJob at N = 100, 1000, 5000 (bench/results/latest.md; BENCH_ARGS="--profile DIR" for both sides' CPU profiles)
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/bench.py $(BENCH_ARGS)
 
-failover: venv controlplane ## failover times with production election settings (bench/results/failover.md)
-	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py
+failover: venv controlplane ## 20 SIGKILLs and 20 SIGTERMs of the leader while ScheduledJobs fire every second: takeover times, slots late or lost (bench/results/failover.md; FAILOVER_ARGS="--rounds 5")
+	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/failover.py $(FAILOVER_ARGS)
 
 chaos: venv controlplane ## faults against 3 replicas and 40 ScheduledJobs (TTL 0, no history, retries, backfills and replays, user deletions, Lease latency, meddling with step Jobs, lost deletes, quotas, restarts among them), then an audit of every slot, attempt, step pod and RunRequest target (bench/results/chaos-latest.md, .json; CHAOS_ARGS="--duration 1800")
 	PYTHONPATH=$(CURDIR)/hack:$(CURDIR)/operator $(BIN)/python bench/chaos.py $(CHAOS_ARGS)

@@ -784,34 +784,71 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
     return "ours missed" if ours is None else f"{ours / theirs:.2f}"
 
 
+def _ratio(burst: float | None, raw: float) -> str:
+    return "missed" if burst is None else f"{burst / raw:.2f}"
+
+
+def lease_record(operator: OperatorProcess) -> dict[str, Any]:
+    """How often the operator stopped leading (its log says each time), and how long its Lease
+    renewals took (cronlease_lease_renewal_seconds), over the whole run."""
+    buckets: list[tuple[float, float]] = []
+    for line in operator.metrics().splitlines():
+        if line.startswith("cronlease_lease_renewal_seconds_bucket{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((math.inf if bound == "+Inf" else float(bound), float(line.split()[-1])))
+    total = max((count for _, count in buckets), default=0.0)
+    within = next((bound for bound, count in sorted(buckets) if count >= total), math.nan)
+    share = {bound: count / total for bound, count in buckets if total and bound in (0.1, 0.5, 1)}
+    shares = ", ".join(f"{100 * part:.1f}% within {bound:g} s" for bound, part in share.items())
+    return {
+        "lost": operator.log().count("stopped leading"),
+        "renewal_count": int(total),
+        "renewals_all_within_s": within,
+        "renewals": f"{int(total)} renewals, every one within {within:g} s; {shares}",
+    }
+
+
 def _no_later(ours: float | None, theirs: float | None) -> bool:
     """A missed percentile is later than any measured one."""
     return theirs is None or (ours is not None and ours <= theirs)
 
 
-# Issue 19's targets: the burst against the raw create of the same N (1.5x allowed at 5000),
-# p99 against CronJob's at every N, and the operator's RSS at rest with 5,000 ScheduledJobs.
-BURST_LIMITS = {100: 1.1, 1000: 1.1, 5000: 1.5}
+# Issue 34's targets: the burst against the raw create of the same Jobs (the operator's Job
+# shape) at every N, and against the raw create of bare Jobs at N=1000 and 5000 on a shared
+# machine; p99 against CronJob's at every N; the operator's RSS at rest with 5,000
+# ScheduledJobs; and no Lease lost during the bursts.
+OWN_LIMIT = 1.1
+BARE_LIMITS = {1000: 1.3, 5000: 1.3}
 RSS_LIMIT_MB = 100
 
 
 def targets(results: dict[str, Any]) -> list[str]:
     verdicts = []
     for n, entry in results["by_n"].items():
-        limit = BURST_LIMITS.get(int(n), 1.1)
-        raw = int(n) / entry["raw_jobs_per_s"]
         row = entry["cronlease"]
         burst = row["burst_seconds"]
-        own = (
-            f"; {burst / (int(n) / entry['raw_ours_jobs_per_s']):.2f} x the raw create of our "
-            "own Jobs"
-            if "raw_ours_jobs_per_s" in entry and burst is not None
-            else ""
-        )
+        if "raw_ours_jobs_per_s" in entry:
+            own = int(n) / entry["raw_ours_jobs_per_s"]
+            verdicts.append(
+                f"burst <= {OWN_LIMIT} x the raw create of the same Jobs at N={n}: "
+                f"{_lag(burst, 2)} s vs {OWN_LIMIT * own:.2f} s, "
+                f"{_verdict(burst is not None and burst <= OWN_LIMIT * own)} "
+                f"(each slot: {_bursts(row)}; "
+                f"{_ratio(burst, own)} x)"
+            )
+        limit = BARE_LIMITS.get(int(n))
+        if limit is not None and not results.get("pinned"):
+            raw = int(n) / entry["raw_jobs_per_s"]
+            verdicts.append(
+                f"burst <= {limit} x the raw create of bare Jobs at N={n}: {_lag(burst, 2)} s "
+                f"vs {limit * raw:.2f} s, {_verdict(burst is not None and burst <= limit * raw)} "
+                f"({_ratio(burst, raw)} x)"
+            )
+    lease = results.get("lease")
+    if lease is not None:
         verdicts.append(
-            f"burst <= {limit} x raw create at N={n}: {_lag(burst, 2)} s vs {limit * raw:.2f} s, "
-            f"{_verdict(burst is not None and burst <= limit * raw)} "
-            f"(each slot: {_bursts(row)}{own})"
+            f"the leader never lost its Lease during the bursts: {lease['lost']} times lost, "
+            f"{_verdict(lease['lost'] == 0)} ({lease['renewals']})"
         )
     for n, entry in results["by_n"].items():
         ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
@@ -897,8 +934,8 @@ async def run(
     api = connect(CREATE_CONCURRENCY)
     await remove_leftovers(api)  # before the operator starts, or it would load them
     work = Path(tempfile.mkdtemp(prefix="cronlease-bench-"))
-    # Production lease timing: the tests' 4 s lease expired under the API server's load at
-    # N=5000, and the leader kept pausing mid-burst to take it again.
+    # The election settings a user runs (the operator's defaults): whether the leader keeps its
+    # Lease through a burst of 5,000 is one of the things measured (lease_record).
     operator = OperatorProcess(
         service_account_kubeconfig(kubeconfig, work / "kubeconfig"),
         work,
@@ -999,6 +1036,7 @@ async def measure(
             )
             results["by_n"][str(n)] = entry
             write_partial(results, Path(args.out))
+        results["lease"] = lease_record(operator)
     finally:
         sampler.stop()
         watcher.stop()

@@ -48,6 +48,7 @@ from cronlease.naming import (
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
 )
+from cronlease.preparation import PreparedJobs
 from cronlease.runobject import build_run, run_info
 from cronlease.spec import SpecError, steps_of
 from cronlease.stepjob import build_step_job
@@ -208,6 +209,8 @@ class Applier:
         self._event_writers = WorkPool(EVENT_WRITERS, self._post_event)
         # ScheduledJob -> (uid, generation) of its template's last dry run; forget() drops it.
         self._checked: dict[Key, tuple[str, int]] = {}
+        # Job bodies the scheduler built before their slot, for the runs it expects then.
+        self.prepared = PreparedJobs()
 
     @property
     def leadership(self) -> Leadership:
@@ -418,15 +421,20 @@ class Applier:
         name, kind and uid (of the one an earlier attempt created, if adopted)."""
         steps = steps_of(sj.spec)  # valid: decide() planned this run
         leader, token = self.leadership.identity, self.leadership.token
+        body: bytes | None = None
         if steps is None:
             kind, model, resource = "Job", self.model, JOBS
-            job = build_job(sj, run, leader, token)
+            body = self.prepared.take(sj, run, leader, token)
+            if body is None:
+                job = build_job(sj, run, leader, token)
+            else:  # built for exactly this run (cronlease.preparation): it only names the Job
+                job = {"kind": "Job", "metadata": {"name": run.job_name, "namespace": sj.namespace}}
         else:
             kind, model, resource = RUN_KIND, self.runs, RUNS
             job = build_run(sj, run, steps, leader, token)
         try:
             with model.reading():  # its Job's deletion seen before the response stays buried
-                created = await self.writer.create(resource, job)
+                created = await self.writer.create(resource, job, body)
                 model.upsert_job(created)  # Forbid must see it before its watch event arrives
         except Exists:
             uid = await self._adopt_existing(sj, run, kind)

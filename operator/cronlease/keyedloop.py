@@ -10,7 +10,10 @@ retried after a per-key backoff that grows while it keeps failing; a key can be 
 Two things are ours. A reconcile may leave a second stage (its status writes, say) to a smaller
 pool of writers: the key stays in processing until that stage ends too. And the loop runs only
 while this replica leads: a standby keeps no wake-up at all (its watches still keep its model
-warm), and a new leader derives them from its model, every key `keys()` lists, at once.
+warm), and a new leader derives them from its model, every key `keys()` lists, at once. A
+controller may also ask to prepare the keys due within `lead` seconds (the scheduler builds a
+burst's Job bodies and opens its connections then: cronlease.preparation); a preparation may
+only get ready, never act: the reconcile at the instant decides.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from cronlease import backoff
 from cronlease.wakeups import WakeupQueue
@@ -75,11 +78,16 @@ class KeyedLoop(Generic[K, F]):
         order: Callable[[list[K]], list[K]] = list,
         held: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         retry: backoff.Backoff = backoff.RECONCILE,
+        prepare: Callable[[list[tuple[K, float]]], Coroutine[Any, Any, None]] | None = None,
+        lead: float = 0.0,
     ) -> None:
         """`reconcile(key)` returns how it ended, or what its second stage, `follow_up`, takes.
         `keys()`: every key a new leader reconciles. `ready()`: awaited before the first
         reconcile of each term (the model's first listings). `order` sorts each batch of keys
-        that fall due together. `held` is entered for each worker's life (see WorkPool)."""
+        that fall due together. `held` is entered for each worker's life (see WorkPool).
+        `prepare(keys)`: run `lead` seconds before keys fall due, with each key's instant; it
+        may only get ready (nothing it does may act for a key: the reconcile at the instant
+        decides)."""
         self.name = name
         self.wakeups = wakeups
         self._leadership = leadership
@@ -96,6 +104,9 @@ class KeyedLoop(Generic[K, F]):
         self._again: set[K] = set()  # added while processing: reconciled again once done
         self._failures: dict[K, int] = {}
         self._active = False  # leading, with the wake-ups derived from the model
+        self._prepare, self._lead = prepare, lead
+        self._prepared_until = 0.0  # the keys planned up to this instant have been prepared
+        self._preparing: set[asyncio.Task[None]] = set()
 
     # Adding keys
 
@@ -127,7 +138,31 @@ class KeyedLoop(Generic[K, F]):
                 self._take_over()
             for key in self._order(self.wakeups.pop_due()):
                 self.add(key)
-            await self.wakeups.wait()
+            await self.wakeups.wait(self._ahead())
+
+    def _ahead(self) -> float:
+        """Start preparing the keys due within `lead` seconds, if not yet done; how long before
+        the next due key the loop must wake (to prepare it, or 0 once it is)."""
+        if self._prepare is None:
+            return 0.0
+        head = self.wakeups.next_at()
+        if head is None or head <= self._prepared_until:
+            return 0.0
+        until = self.wakeups.now() + self._lead
+        if head > until:
+            return self._lead  # wake `lead` seconds before it
+        keys = self.wakeups.planned_between(self._prepared_until, until)
+        self._prepared_until = until
+        task = asyncio.create_task(self._prepare(keys), name=f"{self.name}: prepare")
+        self._preparing.add(task)
+        task.add_done_callback(self._prepared)
+        return 0.0
+
+    def _prepared(self, task: asyncio.Task[None]) -> None:
+        self._preparing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Only a colder start: the reconciles at the instant do all the work themselves.
+            log.error("%s: preparing failed", self.name, exc_info=task.exception())
 
     def _take_over(self) -> None:
         """A new term: every key the model knows is reconciled now."""
@@ -148,6 +183,9 @@ class KeyedLoop(Generic[K, F]):
         self._failures.clear()
         self._again.clear()
         self._active = False
+        self._prepared_until = 0.0
+        for task in self._preparing:
+            task.cancel()
 
     # The workers
 

@@ -8,6 +8,7 @@ Every URL the operator and its tools use is built by `resource_path`, here and n
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import urllib.request
@@ -212,7 +213,8 @@ class HttpTransport:
         """A 401 means the token rotated (a projected ServiceAccount token does, hourly): log in
         again, as kopf does for its own requests, and retry once."""
         url = f"{self.server}{path}" + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else orjson.dumps(body)
+        # bytes: a body serialised beforehand (cronlease.preparation), sent as it is.
+        data = body if body is None or isinstance(body, bytes) else orjson.dumps(body)
         timeout = aiohttp.ClientTimeout(total=request_timeout)
         for attempt in range(2):
             response = await self._session.request(
@@ -276,11 +278,21 @@ class KubeApi:
 
     # Jobs
 
-    async def create_job(self, job: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+    async def create_job(
+        self, job: dict[str, Any], dry_run: bool = False, body: bytes | None = None
+    ) -> dict[str, Any]:
+        """`body`: the Job already serialised (then `job` need only name its namespace)."""
         # Strict: a typo in jobTemplate.spec is refused, not dropped (it would run on defaults).
         query = [("fieldValidation", "Strict"), *([("dryRun", "All")] if dry_run else [])]
         path = resource_path(JOBS, job["metadata"]["namespace"])
-        return await self.transport.request("POST", path, job, query=query)
+        return await self.transport.request("POST", path, job if body is None else body, query)
+
+    async def warm(self, connections: int) -> None:
+        """Open up to `connections` connections now (they idle for IDLE_CONNECTION seconds), so
+        that a burst due within that time does not wait for TLS handshakes. /version is what
+        any authenticated client may read; a failure only means a colder start."""
+        calls = [self.transport.request("GET", "/version") for _ in range(connections)]
+        await asyncio.gather(*calls, return_exceptions=True)
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.transport.request("GET", resource_path(JOBS, namespace, name))

@@ -13,7 +13,10 @@
     of its current renewTime came back (clocks of two machines are never compared);
   - we stop acting once renew_deadline has passed since the start of our last successful renew,
     which is before the lease can expire for anyone else (renew_deadline < lease_duration);
-  - release() empties holderIdentity so a standby takes over at its next retry;
+  - release() empties holderIdentity, and a standby that watches the Lease takes over at once;
+  - a standby that watches the Lease dates each renewal when its event arrives and tries again
+    the moment that renewal expires, not at its next retry: a SIGKILLed leader is replaced one
+    lease duration after its last renewal;
   - the Lease is input anyone with RBAC on Leases can write: every field is read totally, and a
     bad value is logged once and replaced by a safe one, never raised.
 """
@@ -103,9 +106,13 @@ class SoleLeader:
 class ElectionConfig:
     namespace: str
     lease_name: str = "cronlease-leader"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    # Short: the fence, not the lease, keeps a deposed leader's writes out (the API server refuses
+    # them whatever its clock says), so the lease bounds only how soon a successor takes over.
+    # The renew deadline leaves a renewal (a GET and a PUT) 2 s beyond its retry period; under
+    # a 5,000-Job burst the slowest took far less (docs/scaling.md, "Failover").
+    lease_duration: float = 4.0
+    renew_deadline: float = 3.0
+    retry_period: float = 1.0
 
     def __post_init__(self) -> None:
         timings = (self.lease_duration, self.renew_deadline, self.retry_period)
@@ -148,15 +155,21 @@ class LeaseElector:
         identity: str,
         config: ElectionConfig,
         clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_change` is called whenever leadership is gained or lost (from the elector's own
+        event loop, which may not be the caller's)."""
         self.api = api
         self.identity = identity
         self.config = config
         self._clock = clock
+        self._on_change = on_change
         self._token = -1
         self._renewed_at: float | None = None  # monotonic start of our last successful write
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) of someone else
         self._observed_at = 0.0
+        self._observed_duration = config.lease_duration
+        self._deadline: asyncio.TimerHandle | None = None  # our renew deadline, to step down
         self._max_token = -1  # the highest token seen on the Lease (or written by us)
         self._warned: set[tuple[str, str]] = set()  # (field, value) of bad Lease fields logged
         self._changed = asyncio.Event()  # leadership gained or lost
@@ -211,8 +224,38 @@ class LeaseElector:
                 log.warning("lease %s: %s", self.config.lease_name, error)
             self._poke.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.retry_period):
+                async with asyncio.timeout(self.next_round_in()):
                     await self._poke.wait()
+
+    def next_round_in(self) -> float:
+        """Until the next round: a retry period, or less if somebody else's Lease expires
+        sooner (as our clock dates its last renewal)."""
+        if self._observed is None or self.is_leading():
+            return self.config.retry_period
+        expiry = self._observed_at + self._observed_duration - self._clock()
+        return min(self.config.retry_period, max(0.0, expiry))
+
+    def observe(self, lease: dict[str, Any] | None) -> None:
+        """The Lease as its watch delivered it (None: deleted). A renewal by somebody else is
+        dated now, on its arrival, which is later than its write (the standby's safe side); a
+        Lease that is free, gone, or ours with a token we do not hold is looked at at once.
+        Our own renewals arrive here too and change nothing."""
+        seen = self._clock()
+        if lease is None:
+            self._poke.set()
+            return
+        _, current = self._read(lease)
+        holder = current.holder
+        if holder and holder != self.identity:
+            self._note(holder, current, seen)
+        elif not holder or current.transitions != self._token or not self.is_leading():
+            self._poke.set()
+
+    def _note(self, holder: str, current: _LeaseSpec, seen: float) -> None:
+        """Somebody else's renewal, dated the first time we saw it."""
+        if self._observed != (holder, current.renew_time):
+            self._observed, self._observed_at = (holder, current.renew_time), seen
+        self._observed_duration = current.duration
 
     async def release(self) -> None:
         """On graceful shutdown: give the Lease up so a standby need not wait for it to expire.
@@ -258,8 +301,7 @@ class LeaseElector:
         spec, current = self._read(lease)
         holder = current.holder
         if holder and holder != self.identity:
-            if self._observed != (holder, current.renew_time):
-                self._observed, self._observed_at = (holder, current.renew_time), seen
+            self._note(holder, current, seen)
             self._lose(f"{holder} holds the Lease")
             if seen - self._observed_at < current.duration:
                 return  # still valid as far as our own clock can tell
@@ -291,6 +333,7 @@ class LeaseElector:
                 return
             raise
         self._won(token, started)
+        metrics.lease_renewals.observe(self._clock() - started)
 
     async def _create(self, started: float) -> None:
         if self._stopped:
@@ -328,21 +371,37 @@ class LeaseElector:
         newly = not self.is_leading() or token != self._token
         self._token, self._renewed_at = token, started
         self._max_token = max(self._max_token, token)
+        self._observed = None  # ours now: no expiry of somebody else's to wait for
+        # Step down the moment the renew deadline passes without another renewal, not when
+        # somebody next asks: the gauge, the log and the loops waiting on a change see it then.
+        if self._deadline is not None:
+            self._deadline.cancel()
+        left = started + self.config.renew_deadline - self._clock()
+        self._deadline = asyncio.get_running_loop().call_later(max(0.0, left), self._expire)
         if newly:
             log.info("became leader of %s with fencing token %d", self.config.lease_name, token)
             metrics.leader.set(1)
             metrics.fencing_token.set(token)
             metrics.leader_transitions.inc()
             self._changed.set()
+            self._on_change()
+
+    def _expire(self) -> None:
+        if self._renewed_at is not None and not self.is_leading():
+            self._lose(f"no renewal within the renew deadline ({self.config.renew_deadline:g} s)")
 
     def _lose(self, why: str) -> None:
         if self._renewed_at is None:
             return
         self._renewed_at = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         log.info("stopped leading %s (token %d): %s", self.config.lease_name, self._token, why)
         metrics.leader.set(0)
         metrics.leader_transitions.inc()
         self._changed.set()
+        self._on_change()
 
     async def _get(self) -> dict[str, Any] | None:
         return await self.api.get_lease(self.config.namespace, self.config.lease_name)

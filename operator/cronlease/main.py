@@ -22,10 +22,11 @@ import prometheus_client
 
 from cronlease import handlers, health, heaptrim, metrics
 from cronlease.applier import Applier
+from cronlease.electorthread import ThreadedElector
 from cronlease.fenceprobe import fencing_refusal
 from cronlease.jobinfo import job_info
 from cronlease.kube import LIST_PAGE, KubeApi, connect, login
-from cronlease.leadership import ElectionConfig, Leadership, LeaseElector, SoleLeader
+from cronlease.leadership import ElectionConfig, Leadership, SoleLeader
 from cronlease.model import Key, Model
 from cronlease.modelwatch import JobWatch, ScheduledJobWatch
 from cronlease.options import configure_logging, parse_args, version
@@ -66,7 +67,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
-def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Leadership:
+def leadership_from(args: argparse.Namespace, identity: str) -> Leadership:
     if not args.leader_election:
         return SoleLeader(identity)
     config = ElectionConfig(
@@ -76,7 +77,9 @@ def leadership_from(args: argparse.Namespace, api: KubeApi, identity: str) -> Le
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,
     )
-    return LeaseElector(api, identity, config)
+    # Its own thread, loop and connections: a renewal must never wait for a burst of our own
+    # Job creations and status writes, neither for the loop nor for a free connection.
+    return ThreadedElector(lambda: connect(2), identity, config)
 
 
 # A watch (of ScheduledJobs or of Jobs) failing this long without a success fails liveness: after
@@ -95,10 +98,7 @@ async def run(args: argparse.Namespace) -> None:
     server_clock = ServerClock()
     api = connect(args.max_concurrency, server_clock.observe)
     namespaces = tuple(args.namespace)
-    # The Lease gets its own connections: a renewal must never queue behind a burst of our own
-    # Job creations and status writes for a free one (docs/design-notes.md, item 11).
-    lease_api = connect(4, server_clock.observe)
-    leadership = leadership_from(args, lease_api, identity)
+    leadership = leadership_from(args, identity)
     if not args.leader_election:
         # A watched namespace is within the policy's scope; all are when all are watched.
         await refuse_if_fenced(api, (*namespaces, args.lease_namespace)[0], leadership)
@@ -125,6 +125,7 @@ async def run(args: argparse.Namespace) -> None:
         args.max_concurrency,
         applier=applier,
         clock=server_clock.now,  # "now" never runs ahead of the API server's clock
+        prepare=True,  # bursts get ready before their instant (cronlease.preparation)
     )
     supervisor = Supervisor(
         leadership, store, applier, run_wakeups, run_watch.listed.wait, clock=server_clock.now
@@ -215,7 +216,6 @@ async def run(args: argparse.Namespace) -> None:
         await hand_over()  # a no-op if the cleanup handler did it
         await health_server.cleanup()
         await api.close()
-        await lease_api.close()
 
 
 async def refuse_if_fenced(api: KubeApi, namespace: str, leadership: Leadership) -> None:

@@ -32,6 +32,12 @@ fencing_token = Gauge(f"{PREFIX}_fencing_token", "The Lease's leaseTransitions t
 leader_transitions = Counter(
     f"{PREFIX}_leader_transitions_total", "Changes of this replica's leadership."
 )
+lease_renewals = Histogram(
+    f"{PREFIX}_lease_renewal_seconds",
+    "How long a successful read and write of the leader's Lease took; a renewal that takes the "
+    "renew deadline loses the Lease.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10),
+)
 rejected_writes = Counter(
     f"{PREFIX}_fenced_writes_rejected_total",
     "Writes refused as stale (by us or by the API server).",

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from cronlease import backoff
 from cronlease.applier import Applied, Applier, FollowUp, Outcome
 from cronlease.decision import Decision, ScheduledJobView
+from cronlease.jobinfo import JobInfo
 from cronlease.keyedloop import KeyedLoop
 from cronlease.kube import ApiError, KubeApi
 from cronlease.leadership import Leadership
@@ -30,12 +31,23 @@ from cronlease.naming import parse_time
 from cronlease.reconcile import decide
 from cronlease.requestplan import plan_waiting
 from cronlease.runrequest import RunRequestView
+from cronlease.spec import steps_of
 from cronlease.wakeups import WakeupQueue
 
 log = logging.getLogger(__name__)
 
 # A cursor this far behind means a long catch-up, decided in a worker thread.
 LONG_CATCH_UP = timedelta(minutes=10)
+# A burst is prepared this long before its instant: its Jobs' bodies built, connections opened
+# (cronlease.preparation). Well within the time an idle connection stays open
+# (cronlease.kube.IDLE_CONNECTION), so those opened are still open at the instant.
+PREPARE_LEAD = 2.0
+# Connections are opened ahead for a burst of at least this many ScheduledJobs; for fewer, the
+# connections already open will do.
+WARM_AT_LEAST = 16
+# Preparing yields to the event loop after this many ScheduledJobs: watch events and renewals
+# of step Leases go on meanwhile.
+PREPARE_BATCH = 32
 
 
 class Scheduler:
@@ -50,7 +62,9 @@ class Scheduler:
         max_concurrency: int = 64,
         applier: Applier | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        prepare: bool = False,
     ) -> None:
+        """`prepare`: get each burst ready PREPARE_LEAD seconds before its instant."""
         self.api = api
         self.leadership = leadership
         self.model = model
@@ -75,6 +89,8 @@ class Scheduler:
             ready=self._ready,
             order=self._by_priority,
             held=self.applier.creations.creating,
+            prepare=self.prepare if prepare else None,
+            lead=PREPARE_LEAD,
         )
 
     async def run(self) -> None:
@@ -168,18 +184,63 @@ class Scheduler:
         ]
 
     async def decide(self, sj: ScheduledJobView) -> Decision:
+        now = self._clock()
+        if _long_catch_up(sj, now):
+            # Enumerating hours of missed slots takes CPU seconds: keep the loop responsive.
+            return await asyncio.to_thread(decide, sj, *self._inputs(sj, now))
+        return decide(sj, *self._inputs(sj, now))
+
+    def _inputs(
+        self, sj: ScheduledJobView, now: datetime
+    ) -> tuple[list[JobInfo], datetime, list[RunRequestView]]:
+        """What decide() takes besides the ScheduledJob: its runs, `now`, its RunRequests."""
         jobs = [
             *self.model.jobs_for(sj.namespace, sj.name, sj.uid),
             *self.applier.runs.jobs_for(sj.namespace, sj.name, sj.uid),  # multi-step runs
         ]
-        now = self._clock()
-        requests = self._requests(sj.namespace, sj.name)
-        # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
-        behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
-        if now - behind > LONG_CATCH_UP:
-            # Enumerating hours of missed slots takes CPU seconds: keep the loop responsive.
-            return await asyncio.to_thread(decide, sj, jobs, now, requests)
-        return decide(sj, jobs, now, requests)
+        return jobs, now, self._requests(sj.namespace, sj.name)
+
+    # Ahead of a burst (cronlease.preparation)
+
+    async def prepare(self, due: list[tuple[Key, float]]) -> None:
+        """PREPARE_LEAD seconds before ScheduledJobs fall due: open connections for the burst,
+        and build the body of each Job their decisions would create at their instants, in the
+        order the burst creates them, until the first instant comes. Nothing is written."""
+        prepared = self.applier.prepared
+        prepared.drop_stale(self._clock())
+        warming = None
+        if len(due) >= WARM_AT_LEAST:
+            connections = min(len(due), self.applier.acting_slots)
+            warming = asyncio.create_task(self.api.warm(connections))
+        leader, token = self.leadership.identity, self.leadership.token
+        priority = self.model.scheduledjob_priority
+        ordered = sorted(due, key=lambda item: (item[1], -priority(item[0])))
+        for index, (key, instant) in enumerate(ordered):
+            if index % PREPARE_BATCH == PREPARE_BATCH - 1:
+                await asyncio.sleep(0)
+            at = datetime.fromtimestamp(instant, UTC)
+            if self._clock() >= at or not self.leadership.is_leading():
+                break  # the burst has begun: its reconciles build what is left
+            if not self._prepare_one(key, at, leader, token):
+                break
+        if warming is not None:
+            await warming
+
+    def _prepare_one(self, key: Key, at: datetime, leader: str, token: int) -> bool:
+        """The bodies of the Jobs the ScheduledJob `key` would create at `at`; False once no
+        more can be kept."""
+        obj = self.model.scheduledjob(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return True
+        try:
+            sj = ScheduledJobView.from_object(obj)
+            if steps_of(sj.spec) is not None or _long_catch_up(sj, at):
+                return True  # a Run's body, or a long catch-up: built at the instant
+            decision = decide(sj, *self._inputs(sj, at))
+        except Exception:  # its reconcile at the instant reports whatever this is
+            log.debug("%r: not prepared", key, exc_info=True)
+            return True
+        return all(self.applier.prepared.put(sj, run, leader, token) for run in decision.runs)
 
     async def finish(self, grace: float) -> None:
         """A graceful stop, once run() is cancelled: the reconciles in flight complete their
@@ -194,3 +255,9 @@ class Scheduler:
         with it)."""
         await self.loop.drain()
         await self.applier.drain()
+
+
+def _long_catch_up(sj: ScheduledJobView, now: datetime) -> bool:
+    # A ScheduledJob created while no operator ran has no cursor yet: it starts at creation.
+    behind = parse_time(sj.status.get("processedUntil")) or sj.created_at
+    return now - behind > LONG_CATCH_UP

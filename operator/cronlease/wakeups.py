@@ -88,9 +88,30 @@ class WakeupQueue(Generic[K]):
                 due.append(key)
         return due
 
-    async def wait(self) -> None:
-        """Until the head is due, a new plan arrives, or `cap` seconds pass."""
-        delay = min(self._heap[0][0] - self._clock(), self.cap) if self._heap else self.cap
+    def next_at(self) -> float | None:
+        """The earliest instant a key is planned for (superseded entries dropped on the way)."""
+        while self._heap:
+            when, _, key = self._heap[0]
+            if self._planned.get(key) == when:
+                return when
+            heapq.heappop(self._heap)
+        return None
+
+    def now(self) -> float:
+        return self._clock()
+
+    def planned_between(self, after: float, until: float) -> list[tuple[K, float]]:
+        """The keys planned for after `after` and at or before `until`, each with its instant, in
+        the order they fall due (a pass over every plan: a caller does it once per window it
+        prepares, not per wake-up)."""
+        found = [(key, when) for key, when in self._planned.items() if after < when <= until]
+        return sorted(found, key=lambda item: item[1])
+
+    async def wait(self, early: float = 0.0) -> None:
+        """Until `early` seconds before the head is due, a new plan arrives, or `cap` seconds
+        pass."""
+        head = self.next_at()
+        delay = self.cap if head is None else min(head - early - self._clock(), self.cap)
         self._changed.clear()
         if delay > 0:
             with contextlib.suppress(TimeoutError):

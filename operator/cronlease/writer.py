@@ -167,13 +167,17 @@ class Writer:
 
     # The verbs
 
-    async def create(self, resource: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any]:
-        """The object as created. Exists, Refused or NamespaceTerminating if not."""
+    async def create(
+        self, resource: tuple[str, str], obj: dict[str, Any], body: bytes | None = None
+    ) -> dict[str, Any]:
+        """The object as created. Exists, Refused or NamespaceTerminating if not. `body`: a Job
+        serialised beforehand, sent instead of `obj` (which then only names it)."""
         create: dict[tuple[str, str], Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-            JOBS: self.api.create_job,
+            JOBS: lambda job: self.api.create_job(job, body=body),
             RUNS: self.api.create_run,
             LEASES: self.api.create_lease,
         }
+        assert body is None or resource == JOBS, "only Jobs are prepared"
         what = f"{obj.get('kind', resource[1])} {obj['metadata']['name']}"
         created = await self._write(Verb.CREATE, what, lambda: create[resource](obj))
         assert created is not None  # a create is never GONE

@@ -84,6 +84,7 @@ class _Watch:
     key: tuple[str, str]  # (group/version, plural)
     namespace: str
     selector: str
+    fields: str = ""
     queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
 
 
@@ -92,7 +93,15 @@ def _status(code: int, reason: str, message: str) -> ApiError:
     return ApiError(code, reason, orjson.dumps({**body, "message": message}).decode())
 
 
-def _selects(selector: str, obj: dict[str, Any]) -> bool:
+def _selects(selector: str, obj: dict[str, Any], fields: str = "") -> bool:
+    """A label selector's equality terms, and a field selector's `metadata.name=` (the only
+    field the operator selects by: its own Lease)."""
+    for term in filter(None, fields.split(",")):
+        name, _, value = term.partition("=")
+        if name != "metadata.name":
+            raise _status(400, "BadRequest", f"field selector not modelled: {term}")
+        if obj["metadata"].get("name") != value:
+            return False
     labels = obj["metadata"].get("labels") or {}
     for term in filter(None, selector.split(",")):
         name, _, value = term.partition("=")
@@ -116,9 +125,9 @@ def _seen_by(watch: _Watch, change: _Change) -> bytes | None:
     if change.resource != watch.key or (watch.namespace and change.namespace != watch.namespace):
         return None
     event_type = change.event_type
-    if watch.selector:
-        now = _selects(watch.selector, change.obj)
-        before = change.old is not None and _selects(watch.selector, change.old)
+    if watch.selector or watch.fields:
+        now = _selects(watch.selector, change.obj, watch.fields)
+        before = change.old is not None and _selects(watch.selector, change.old, watch.fields)
         if event_type == "MODIFIED" and now != before:
             event_type = "ADDED" if now else "DELETED"
         elif not now:
@@ -268,6 +277,8 @@ class FakeApiServer:
     ) -> dict[str, Any]:
         self.calls.append((method, path))
         self.call_times.append(time.monotonic())
+        if isinstance(body, bytes):  # serialised beforehand, as the real transport sends it
+            body = orjson.loads(body)
         fault = next((f for f in self.faults if f.matches(method, path, body)), None)
         if fault is not None and fault.skip:
             fault.skip -= 1
@@ -309,7 +320,8 @@ class FakeApiServer:
             gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
             yield orjson.dumps(gone) + b"\n"
             return
-        watch = _Watch(key, match["ns"] or "", params.get("labelSelector", ""))
+        selectors = (params.get("labelSelector", ""), params.get("fieldSelector", ""))
+        watch = _Watch(key, match["ns"] or "", *selectors)
         for version, change in self.history:
             line = _seen_by(watch, change)
             if version > since and line is not None:
@@ -415,7 +427,7 @@ class FakeApiServer:
         selected = [
             obj
             for obj in self.items(*resource, namespace)
-            if _selects(params.get("labelSelector", ""), obj)
+            if _selects(params.get("labelSelector", ""), obj, params.get("fieldSelector", ""))
         ]
         start = int(params.get("continue") or 0)
         limit = int(params.get("limit") or 0) or len(selected) or 1

@@ -483,3 +483,50 @@ async def test_a_lease_at_the_largest_token_does_not_lock_everyone_out() -> None
     clock.now = 16  # the other holder's lease has expired
     await elector.tick()
     assert (elector.is_leading(), elector.token) == (True, 2**31 - 1)
+
+
+# A standby that watches the Lease (cronlease.electorthread.lease_watch feeds observe()).
+
+
+async def test_a_renewal_the_watch_delivered_is_dated_on_its_arrival_not_at_the_next_read() -> None:
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("other", 2))
+    standby = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await standby.tick()  # clock 0: the Lease as it was
+    renewed = lease("other", 2, renew="2026-01-05T09:00:10.000000Z")
+    server.edit(*LEASES, NS, NAME, {"spec": renewed["spec"]})
+    clock.now = 10
+    standby.observe(renewed)  # its event arrives as it happens
+    clock.now = 24.9
+    await standby.tick()
+    assert not standby.is_leading()
+    clock.now = 25.1  # 15 s after the event; a first read now would wait 15 s more
+    await standby.tick()
+    assert (standby.is_leading(), standby.token) == (True, 3)
+    assert server.calls == [GET, GET, GET, PUT]
+
+
+async def test_a_standby_looks_again_when_the_lease_it_saw_expires_not_a_retry_period_later() -> (
+    None
+):
+    server, clock = FakeApiServer(), Clock()
+    server.put(lease("other", 2))
+    standby = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await standby.tick()
+    assert standby.next_round_in() == CONFIG.retry_period
+    clock.now = 14.5
+    assert standby.next_round_in() == pytest.approx(0.5)
+    clock.now = 16
+    assert standby.next_round_in() == 0
+
+
+async def test_our_own_renewals_arriving_by_the_watch_do_not_make_another_round() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    stored = server.get(*LEASES, NS, NAME)
+    assert stored is not None
+    elector.observe(stored)
+    assert not elector._poke.is_set()  # a round per renewal would renew in a tight loop
+    elector.observe(lease("", stored["spec"]["leaseTransitions"]))
+    assert elector._poke.is_set()  # released: look at once
