@@ -1,6 +1,6 @@
 # The cronlease operator image: Debian bookworm's Python 3.11, the operator and its declared
 # dependencies; no shell, no package manager, nonroot (65532), fine with a read-only root.
-#   docker build -t cronlease:0.1.0 .     (from the public images named below)
+#   docker build -t cronlease:0.2.0 .     (from the public images named below)
 #   make image                            (buildah, with local stand-ins for them: hack/image/)
 ARG BUILD_IMAGE=python:3.11-slim-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/python3-debian12:nonroot
@@ -22,7 +22,7 @@ RUN python3 -m pip install --no-cache-dir --no-index --find-links /wheels --root
  && rm -rf /app/bin
 
 FROM ${RUNTIME_IMAGE}
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 LABEL org.opencontainers.image.title=cronlease \
       org.opencontainers.image.description="Kubernetes operator: Jobs on a schedule, exactly once, fenced" \
       org.opencontainers.image.version=${VERSION} \

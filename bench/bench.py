@@ -701,7 +701,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{entry['raw_jobs_per_s']:.0f}",
             f"{raw_time:.2f}",
             f"{_lag(ours['burst_seconds'], 2)} ({_bursts(ours)})",
-            _ratio(ours["burst_seconds"], raw_time),
+            _burst_ratio(ours["burst_seconds"], raw_time),
             f"{entry.get('raw_suspended_jobs_per_s', float('nan')):.0f}",
             f"{ours['rest_rss_mb']:.0f}",
             f"{ours['peak_rss_mb']:.0f}",
@@ -752,7 +752,7 @@ def markdown(results: dict[str, Any]) -> str:
         bare, own = int(n) / entry["raw_jobs_per_s"], int(n) / entry["raw_ours_jobs_per_s"]
         burst = entry["cronlease"]["burst_seconds"]
         cells = [n, f"{bare:.2f}", f"{own:.2f}", f"{own / bare:.2f}", _lag(burst, 2)]
-        lines.append(_row([*cells, _ratio(burst, own)]))
+        lines.append(_row([*cells, _burst_ratio(burst, own)]))
     lines += [
         "",
         f"Operator baseline RSS with no ScheduledJobs: {results['baseline_rss_mb']:.0f} MB.",
@@ -784,7 +784,7 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
     return "ours missed" if ours is None else f"{ours / theirs:.2f}"
 
 
-def _ratio(burst: float | None, raw: float) -> str:
+def _burst_ratio(burst: float | None, raw: float) -> str:
     return "missed" if burst is None else f"{burst / raw:.2f}"
 
 
@@ -834,7 +834,7 @@ def targets(results: dict[str, Any]) -> list[str]:
                 f"{_lag(burst, 2)} s vs {OWN_LIMIT * own:.2f} s, "
                 f"{_verdict(burst is not None and burst <= OWN_LIMIT * own)} "
                 f"(each slot: {_bursts(row)}; "
-                f"{_ratio(burst, own)} x)"
+                f"{_burst_ratio(burst, own)} x)"
             )
         limit = BARE_LIMITS.get(int(n))
         if limit is not None and not results.get("pinned"):
@@ -842,7 +842,7 @@ def targets(results: dict[str, Any]) -> list[str]:
             verdicts.append(
                 f"burst <= {limit} x the raw create of bare Jobs at N={n}: {_lag(burst, 2)} s "
                 f"vs {limit * raw:.2f} s, {_verdict(burst is not None and burst <= limit * raw)} "
-                f"({_ratio(burst, raw)} x)"
+                f"({_burst_ratio(burst, raw)} x)"
             )
     lease = results.get("lease")
     if lease is not None:

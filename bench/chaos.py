@@ -688,10 +688,10 @@ def inject(fault: str, cluster: Cluster, replicas: Replicas) -> tuple[bool, str]
             f"for the next, for {USER_DELETES_SECONDS:.0f} s"
         )
     if fault == "step-meddling":
-        before = dict(seen.meddled)
+        meddled = dict(seen.meddled)
         seen.meddling_until = time.time() + MEDDLING_SECONDS
         time.sleep(MEDDLING_SECONDS + 2)  # and the Lease deletions' second
-        done = {k: v - before.get(k, 0) for k, v in seen.meddled.items() if v - before.get(k, 0)}
+        done = {k: v - meddled.get(k, 0) for k, v in seen.meddled.items() if v - meddled.get(k, 0)}
         return True, f"a user meddled with running step Jobs for {MEDDLING_SECONDS:.0f} s: {done}"
     if fault == "lost-deletes":
         leader = replicas.leader()
@@ -822,7 +822,7 @@ async def meddle_with_runs(
         target = random.choice(dead)
         suffix = uuid.uuid4().hex[:4]
         for twin in ("a", "b"):
-            body = {
+            request = {
                 "apiVersion": "cronlease.io/v1alpha1",
                 "kind": "RunRequest",
                 "metadata": {"name": f"twice-{suffix}{twin}-{target}"},
@@ -832,7 +832,7 @@ async def meddle_with_runs(
                     "replay": {"deadLetters": True},
                 },
             }
-            await api.request("POST", resource_path(RUNREQUESTS, namespace), body)
+            await api.request("POST", resource_path(RUNREQUESTS, namespace), request)
         return True, f"two replays of {target}'s dead letters at once"
     except Exception as error:
         return False, f"{fault}: {error}"

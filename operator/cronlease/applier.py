@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cronlease import REQUEST_KIND, RUN_KIND, metrics
+from cronlease import REQUEST_KIND, RUN_KIND, logfields, metrics
 from cronlease.decision import (
     Decision,
     DeletionReason,
@@ -297,7 +297,8 @@ class Applier:
                         else:
                             cleanups.append(deletion)
                     for run in decision.runs:
-                        release = await self._create(sj, run)
+                        with logfields.bound(run=run.run or run.job_name, slot=run.slot):
+                            release = await self._create(sj, run)
                         created.append(release)
                         runs.append((run, release))
                 except TemplateRefused as error:

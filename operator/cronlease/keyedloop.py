@@ -22,12 +22,13 @@ import asyncio
 import contextlib
 import enum
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from cronlease import backoff
+from cronlease import backoff, logfields
 from cronlease.wakeups import WakeupQueue
 from cronlease.workpool import WorkPool
 
@@ -192,16 +193,29 @@ class KeyedLoop(Generic[K, F]):
     async def _work(self, key: K) -> None:
         self._queued.discard(key)
         self._processing.add(key)
-        acted = await self._guarded(key, self._reconcile(key))
-        if isinstance(acted, Applied):
-            self._done(key, acted)
-        else:
-            self._writers.put((key, acted))
+        reconcile_id = str(uuid.uuid4())
+        with self._about(key, reconcile_id):
+            acted = await self._guarded(key, self._reconcile(key))
+            if isinstance(acted, Applied):
+                self._done(key, acted)
+            else:
+                self._writers.put((key, acted, reconcile_id))
 
-    async def _follow(self, item: tuple[K, F]) -> None:
-        key, after = item
+    async def _follow(self, item: tuple[K, F, str]) -> None:
+        key, after, reconcile_id = item
         assert self._follow_up is not None, "a reconcile left a second stage to nobody"
-        self._done(key, await self._guarded(key, self._follow_up(after)))
+        with self._about(key, reconcile_id):  # the same reconcile, in a writer's task
+            self._done(key, await self._guarded(key, self._follow_up(after)))
+
+    def _about(self, key: K, reconcile_id: str) -> AbstractContextManager[None]:
+        """The log fields of a reconcile (cronlease.logfields): this loop, the object of its
+        key when the key is one ((namespace, name), as both controllers' are), and its ID."""
+        if isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key):
+            namespace, name = key
+            return logfields.bound(
+                controller=self.name, namespace=namespace, name=name, reconcileID=reconcile_id
+            )
+        return logfields.bound(controller=self.name, reconcileID=reconcile_id)
 
     async def _guarded(self, key: K, work: Awaitable[R]) -> R | Applied:
         try:

@@ -439,11 +439,12 @@ class KubeApi:
         options = {"preconditions": {"uid": uid}}
         await self.transport.request("DELETE", resource_path(LEASES, namespace, name), options)
 
-    async def replace_lease(self, lease: dict[str, Any]) -> None:
-        """A PUT carries the resourceVersion we read, so a concurrent writer makes it fail (409)."""
+    async def replace_lease(self, lease: dict[str, Any]) -> dict[str, Any]:
+        """A PUT carries the resourceVersion we read, so a concurrent writer makes it fail (409).
+        Returns the Lease as written, with its new resourceVersion."""
         metadata = lease["metadata"]
         path = resource_path(LEASES, metadata["namespace"], metadata["name"])
-        await self.transport.request("PUT", path, lease)
+        return await self.transport.request("PUT", path, lease)
 
     # Events
 

@@ -5,6 +5,11 @@
 - `LeaseElector`: our own elector on a coordination.k8s.io/v1 Lease, with leaseTransitions as the
   fencing token (kubernetes_asyncio's LeaseLock never increments it and trusts the wall clock):
   - acquire and renew are optimistic (resourceVersion); a 409 means someone else wrote: re-read;
+  - a leader renews with one PUT of the Lease as its last write returned it (client-go's fast
+    path), not a GET and a PUT: under a burst each round trip can take a second, and the renew
+    deadline allows two or three of them; a 409 or 404 sends it back to a read at once;
+  - rounds start a retry period after the start of the previous one, not after its end, so a
+    slow renewal does not push the next one toward the deadline;
   - leaseTransitions goes up whenever the holder changes, and is this leader's token; a new
     token is above every token this replica has seen on the Lease, so deleting and recreating
     the Lease (which starts it again at 0) never hands out a token that was used before, as long
@@ -166,6 +171,7 @@ class LeaseElector:
         self._on_change = on_change
         self._token = -1
         self._renewed_at: float | None = None  # monotonic start of our last successful write
+        self._written: dict[str, Any] | None = None  # the Lease as our last write returned it
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) of someone else
         self._observed_at = 0.0
         self._observed_duration = config.lease_duration
@@ -218,19 +224,26 @@ class LeaseElector:
     async def run(self) -> None:
         self._loop_task = asyncio.current_task()
         while not self._stopped:
+            began = self._clock()
             try:
                 await self.tick()
             except Exception as error:  # the elector must outlive any API trouble
                 log.warning("lease %s: %s", self.config.lease_name, error)
             self._poke.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.next_round_in()):
+                async with asyncio.timeout(self.next_round_in(began)):
                     await self._poke.wait()
 
-    def next_round_in(self) -> float:
-        """Until the next round: a retry period, or less if somebody else's Lease expires
-        sooner (as our clock dates its last renewal)."""
-        if self._observed is None or self.is_leading():
+    def next_round_in(self, began: float | None = None) -> float:
+        """Until the next round, after one that began at `began`: a retry period, or less if
+        somebody else's Lease expires sooner (as our clock dates its last renewal)."""
+        if self.is_leading():
+            # A leader's cadence counts from the start of its last round: a renewal that took a
+            # second is followed by the next one a retry period after it began, not after it
+            # ended, which would leave that one a second less before the deadline.
+            spent = 0.0 if began is None else self._clock() - began
+            return max(0.0, self.config.retry_period - spent)
+        if self._observed is None:
             return self.config.retry_period
         expiry = self._observed_at + self._observed_duration - self._clock()
         return min(self.config.retry_period, max(0.0, expiry))
@@ -290,6 +303,8 @@ class LeaseElector:
         # else's renewal is dated when our read of it came back (the standby's safe side): the
         # holder may have renewed while our GET was on its way, or waiting in the API server.
         started = self._clock()
+        if await self._renew_in_place(started):
+            return
         lease = await self._get()
         seen = self._clock()
         if lease is None:
@@ -326,14 +341,34 @@ class LeaseElector:
         if self._stopped:
             return  # shutting down: never take or renew the Lease now
         try:
-            await self.api.replace_lease(lease)
+            written = await self.api.replace_lease(lease)
         except ApiError as error:
             if error.status == 409:
                 self._poke.set()  # somebody else wrote: look again at once
                 return
             raise
-        self._won(token, started)
+        self._won(token, started, written)
         metrics.lease_renewals.observe(self._clock() - started)
+
+    async def _renew_in_place(self, started: float) -> bool:
+        """The leader's renewal in one round trip: the Lease as our last write returned it, with a
+        new renewTime. Its resourceVersion proves nobody wrote since, as a GET would. False when
+        there is nothing to renew that way, or the Lease changed or went: the caller reads it."""
+        mine = self._written
+        if mine is None or self._stopped or not self.is_leading():
+            return False
+        spec = dict(mine.get("spec") or {})
+        spec.update(renewTime=_micro_time(datetime.now(UTC)))
+        self._written = None  # until this write is known to have landed
+        try:
+            written = await self.api.replace_lease({**mine, "spec": spec})
+        except ApiError as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        self._won(self._token, started, written)
+        metrics.lease_renewals.observe(self._clock() - started)
+        return True
 
     async def _create(self, started: float) -> None:
         if self._stopped:
@@ -353,13 +388,13 @@ class LeaseElector:
             },
         }
         try:
-            await self.api.create_lease(lease)
+            written = await self.api.create_lease(lease)
         except ApiError as error:
             if error.status == 409:
                 self._poke.set()
                 return
             raise
-        self._won(token, started)
+        self._won(token, started, written)
 
     def _next_token(self) -> int:
         """One more than any token seen, but never past the field's int32 range (a Lease set to
@@ -367,9 +402,10 @@ class LeaseElector:
         new holder keeps the count; the fence still tells holders apart by identity."""
         return min(self._max_token + 1, INT32_MAX)
 
-    def _won(self, token: int, started: float) -> None:
+    def _won(self, token: int, started: float, written: dict[str, Any]) -> None:
         newly = not self.is_leading() or token != self._token
         self._token, self._renewed_at = token, started
+        self._written = written if isinstance(written, dict) else None
         self._max_token = max(self._max_token, token)
         self._observed = None  # ours now: no expiry of somebody else's to wait for
         # Step down the moment the renew deadline passes without another renewal, not when
@@ -394,6 +430,7 @@ class LeaseElector:
         if self._renewed_at is None:
             return
         self._renewed_at = None
+        self._written = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None

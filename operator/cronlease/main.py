@@ -20,7 +20,7 @@ from typing import Any, cast
 import kopf
 import prometheus_client
 
-from cronlease import handlers, health, heaptrim, metrics
+from cronlease import handlers, health, heaptrim, metrics, metricseries
 from cronlease.applier import Applier
 from cronlease.electorthread import ThreadedElector
 from cronlease.fenceprobe import fencing_refusal
@@ -105,7 +105,11 @@ async def run(args: argparse.Namespace) -> None:
     # Wake-ups on the same clock as decisions: with the host ahead, a slot's wake-up would
     # otherwise come early, find the slot not yet due, and ask to be woken at once, again.
     wakeups: WakeupQueue[Key] = WakeupQueue(clock=lambda: server_clock.now().timestamp())
-    model = Model(wakeups.changed, on_job_finished=_count_result, on_job_change=wakeups.notify)
+    model = Model(
+        wakeups.changed,
+        on_job_finished=lambda job: _count_result(leadership, job),
+        on_job_change=wakeups.notify,
+    )
     # Multi-step runs (issue 17): the Runs as their ScheduledJobs' decisions see them, and the
     # supervisor's own view of Runs, step Jobs and heartbeat Leases, with its own wake-ups.
     runs = Model(wakeups.changed, on_job_change=wakeups.notify, read=run_info)
@@ -183,6 +187,7 @@ async def run(args: argparse.Namespace) -> None:
         await hand_over()
 
     host, port = args.metrics_bind.rsplit(":", 1)
+    metricseries.initialise(version())
     prometheus_client.start_http_server(int(port), addr=host)
     checks = health.HealthChecks(
         liveness=lambda: _first(watch.stuck(WATCH_STUCK_AFTER) for watch in watches),
@@ -238,10 +243,16 @@ def _first(reasons: Iterable[str | None]) -> str | None:
     return next((reason for reason in reasons if reason), None)
 
 
-def _count_result(job: dict[str, Any]) -> None:
+def _count_result(leadership: Leadership, job: dict[str, Any]) -> None:
+    """Counted by the leader only: every replica's model sees each Job finish, so a sum over
+    replicas counts each Job once (one that finishes while no replica leads, in a failover's
+    seconds, is not counted; a counter on every replica would count it once per replica)."""
+    if not leadership.is_leading():
+        return
     info = job_info(job)
     # A label value from a Job's annotation only when trusted: one of four known triggers.
-    metrics.job_results.labels(info.state.value, info.trigger if info.trusted else "").inc()
+    trigger = info.trigger if info.trusted else metricseries.UNTRUSTED_TRIGGER
+    metrics.job_results.labels(info.state.value, trigger).inc()
 
 
 def _exit_if_failed(task: asyncio.Task[None]) -> None:

@@ -23,6 +23,9 @@ from cronlease.listwatch import ListWatch
 from cronlease.model import Key, Model, key_of
 from cronlease.naming import LABEL_SCHEDULEDJOB
 
+# cronlease_reconcile_errors_total's operation for a watch that broke (the writes' are Verb's).
+WATCH_OPERATION = "watch"
+
 
 @dataclass(frozen=True, slots=True)
 class Feed:
@@ -153,4 +156,4 @@ class _ScopeObserver:
 
     def failed(self, error: Exception) -> None:
         self._listing = set()  # a listing that broke off settles nothing; the next one starts anew
-        metrics.reconcile_errors.labels("watch").inc()
+        metrics.reconcile_errors.labels(WATCH_OPERATION).inc()

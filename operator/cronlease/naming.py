@@ -132,6 +132,17 @@ def parse_time(text: object) -> datetime | None:
     return _parse_time_shared(text)
 
 
+def first_cursor(created_at: datetime, annotations: dict[str, str]) -> datetime:
+    """A new schedule's cursor: its creation, or the slot a CronJob it took over from ran last
+    (cronlease.io/start-after, written by `kubectl cronlease adopt`), so the slots between the
+    CronJob's last run and the creation are not lost. Never later than the creation (that would
+    postpone slots silently), and an unreadable value is ignored. The slots it makes due are
+    caught up under the spec's rules (catchUp, startingDeadlineSeconds), as after an outage; a
+    slot the CronJob ran meanwhile has its Job under the same name, so it cannot run twice."""
+    start = parse_time(annotations.get(ANNOTATION_START_AFTER))
+    return created_at if start is None else min(start, created_at)
+
+
 # RFC 3339 with nanoseconds and an offset is 35 characters; anything longer is not one.
 MAX_TIME_TEXT = 64
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 
+from cronlease import logfields
 from cronlease.leadership import ElectionConfig
 
 # kopf takes a format string where it takes a LogFormat (its own text formats differ from ours).
@@ -89,7 +90,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--log-format",
         choices=sorted(LOG_FORMATS),
         default="text",
-        help="text, or json: one object per line with severity, timestamp and message",
+        help="text, or json: one object a line (ts, level, logger, msg, namespace, name...)",
     )
     parser.add_argument("--verbose", "-v", action="store_true")
     election = parser.add_argument_group("leader election")
@@ -128,8 +129,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def configure_logging(log_format: str, verbose: bool) -> None:
-    """kopf's own handler and formatters (its JSON one comes from python-json-logger, a kopf
-    dependency), so kopf's records and ours come out in one format."""
+    """kopf's own handler, so kopf's records and ours come out of one handler in one format;
+    each record with the fields of the object it is about (cronlease.logfields), and in JSON
+    with controller-runtime's field names."""
+    root = logging.getLogger()
+    before = set(root.handlers)
     kopf.configure(verbose=verbose, log_format=LOG_FORMATS[log_format])
+    for handler in root.handlers:
+        if handler not in before:  # kopf's (it replaced its earlier one); not a test's capture
+            logfields.install(handler, json_lines=log_format == "json")
     # kopf logs every handled event at INFO; at thousands of Jobs a minute that drowns the rest.
     logging.getLogger("kopf.objects").setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease import GROUP, RUN_KIND, VERSION
-from cronlease.conditions import set_condition
+from cronlease.conditions import Summary, set_condition, summarize
 from cronlease.decision import (
     EXPECTED_SKIPS,
     Decision,
@@ -39,13 +39,13 @@ from cronlease.jobinfo import NOT_RETRYABLE, JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RESUME,
     ANNOTATION_RUN_NOW,
-    ANNOTATION_START_AFTER,
     LABEL_DEAD_LETTER,
     LABEL_RETRIED,
     REQUEST_TRIGGERS,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
     attempt_job_name,
+    first_cursor,
     format_time,
     manual_job_name,
     parse_time,
@@ -189,7 +189,8 @@ def _invalid(
     conditions = list(status.get("conditions") or [])
     previous = next((c for c in conditions if c.get("type") == "InvalidSpec"), None)
     set_condition(conditions, "InvalidSpec", "True", "InvalidSpec", message, sj.generation, now)
-    set_condition(conditions, "Ready", "False", "InvalidSpec", message, sj.generation, now)
+    # Stalled: nothing runs until the spec is edited (kstatus: Failed, not InProgress for ever).
+    summarize(conditions, Summary.STALLED, "InvalidSpec", message, sj.generation, now)
     # Fixing the spec later is then an edit: it never runs slots from before the fix.
     status.update(conditions=conditions, observedGeneration=sj.generation, observedSchedule=INVALID)
     decision = Decision(status=status)
@@ -257,17 +258,6 @@ def _skip_processed(decision: Decision, run_at: datetime, processed: datetime) -
             "or a RunRequest, or set runAt after processedUntil",
         )
     )
-
-
-def first_cursor(created_at: datetime, annotations: dict[str, str]) -> datetime:
-    """A new schedule's cursor: its creation, or the slot a CronJob it took over from ran last
-    (cronlease.io/start-after, written by `kubectl cronlease adopt`), so the slots between the
-    CronJob's last run and the creation are not lost. Never later than the creation (that would
-    postpone slots silently), and an unreadable value is ignored. The slots it makes due are
-    caught up under the spec's rules (catchUp, startingDeadlineSeconds), as after an outage; a
-    slot the CronJob ran meanwhile has its Job under the same name, so it cannot run twice."""
-    start = parse_time(annotations.get(ANNOTATION_START_AFTER))
-    return created_at if start is None else min(start, created_at)
 
 
 def _plan_attempts(
@@ -1012,7 +1002,14 @@ def _conditions(
             )
     else:
         conditions = [c for c in conditions if c.get("type") != "Completed"]
-    set_condition(conditions, "Ready", "True", ready_reason, ready_message, generation, now)
+    summary = Summary.READY
+    if spec.suspend and ready_reason != "Completed":
+        ready_reason, ready_message = "Suspended", "spec.suspend is true: slots are skipped"
+    pause = next((c for c in conditions if c.get("type") == PAUSED), None)
+    if pause is not None and pause.get("status") == "True":
+        # Paused after failed runs: it stays so until someone resumes it (kstatus: Failed).
+        summary, ready_reason, ready_message = Summary.STALLED, PAUSED, str(pause["message"])
+    summarize(conditions, summary, ready_reason, ready_message, generation, now)
     return conditions
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease.decision import (
@@ -57,6 +57,7 @@ from cronlease.runrequest import (
     parse_indexes,
     parse_request_spec,
     replay_targets,
+    summarize_request,
 )
 from cronlease.runs import ONGOING, Run, RunOutcome
 from cronlease.spec import ConcurrencyPolicy, Spec
@@ -125,6 +126,7 @@ def plan_requests(
             del decision.labels[marks[2] :], decision.events[events:]
             context.busy, status = busy, dict(request.status)
             _fail(request, status, f"cannot be carried out: {type(error).__name__}", decision)
+        summarize_request(status, request.generation, context.now)
         context.statuses[request.uid] = status
         if status != request.status:
             decision.requests.append(
@@ -596,7 +598,9 @@ def _fail(
     decision.events.append(EventRecord(EventType.WARNING, "RequestFailed", message, request.ref))
 
 
-def plan_waiting(scheduled_job: str, requests: Sequence[RunRequestView]) -> Decision:
+def plan_waiting(
+    scheduled_job: str, requests: Sequence[RunRequestView], now: datetime | None = None
+) -> Decision:
     """The requests for a ScheduledJob that does not exist, or is being deleted. One not yet
     accepted is Pending, said once (status and a Warning Event), and accepted if the ScheduledJob
     comes (GitOps may apply them first); one that was running fails: its runs went with it."""
@@ -614,6 +618,7 @@ def plan_waiting(scheduled_job: str, requests: Sequence[RunRequestView]) -> Deci
         if request.status.get("message") == message:
             continue
         status = {**request.status, "phase": new_phase.value, "message": message}
+        summarize_request(status, request.generation, now or datetime.now(UTC))
         decision.requests.append(
             RequestStatus(request.ref, request.version, request.status, status)
         )

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cronlease import REQUEST_KIND
+from cronlease.conditions import Summary, summarize
 from cronlease.decision import ObjectRef
 from cronlease.naming import format_time, parse_time, parse_time_strictly
 from cronlease.spec import RUN_AT_EARLIEST, RUN_AT_LATEST
@@ -134,6 +135,7 @@ class RunRequestView:
     created_at: datetime | None
     spec: dict[str, Any]
     status: dict[str, Any]
+    generation: int = 1  # its spec is immutable: always 1, unless the CRD's rule is lifted
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> RunRequestView:
@@ -147,6 +149,7 @@ class RunRequestView:
             created_at=parse_time(metadata.get("creationTimestamp")),
             spec=spec if isinstance(spec, dict) else {},
             status=status if isinstance(status, dict) else {},
+            generation=_generation(metadata.get("generation")),
         )
 
     @property
@@ -258,6 +261,33 @@ def parse_indexes(text: object) -> set[int]:
         if first <= last < MAX_TARGETS:
             indexes.update(range(first, last + 1))
     return indexes
+
+
+def _generation(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def summarize_request(status: dict[str, Any], generation: int, now: datetime) -> None:
+    """Ready, Reconciling and Stalled (cronlease.conditions) from the phase, in place: pending
+    (its ScheduledJob is not there yet) and running are work under way; complete is ready if
+    every run succeeded or was skipped, stalled if some failed, as a failed request is."""
+    phase = status.get("phase")
+    message = str(status.get("message") or "")
+    failed = count(status, "failed")
+    if phase == RequestPhase.COMPLETE:
+        summary = Summary.STALLED if failed else Summary.READY
+        reason = "RunsFailed" if failed else "Complete"
+    elif phase == RequestPhase.FAILED:
+        summary, reason = Summary.STALLED, "Failed"
+    else:
+        summary, reason = Summary.RECONCILING, str(phase or RequestPhase.PENDING)
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        conditions = []
+    conditions = [c for c in conditions if isinstance(c, dict)]
+    summarize(conditions, summary, reason, message, generation, now)
+    status["conditions"] = conditions
+    status["observedGeneration"] = generation
 
 
 def count(status: dict[str, Any], field: str) -> int:

@@ -169,7 +169,7 @@ class Scheduler:
             released = await self.applier.release(key[0], held)
             if released.outcome is not Outcome.DONE:
                 return released
-            waiting = plan_waiting(key[1], self._requests(*key))
+            waiting = plan_waiting(key[1], self._requests(*key), self._clock())
             return await self.applier.apply_requests(waiting)
         # Read in the acting slot: thousands of reconciles wait for one at a burst.
         return await self.applier.act(lambda: self.model.scheduledjob(key), self.decide)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronlease.conditions import set_condition
+from cronlease.conditions import Summary, set_condition, summarize
 from cronlease.jobinfo import NOT_RETRYABLE, JobState
 from cronlease.naming import format_time, parse_time
 from cronlease.spec import RetryPolicy, SpecError
@@ -205,6 +205,7 @@ def supervise(
     except SpecError as error:
         _invalid(plan, str(error), now)
         _end(plan, run, ours, now)
+        _summarize(plan.status, run.generation, now)
         return plan
     status = plan.status
     if status.get("phase") not in FINISHED_RUN:
@@ -220,7 +221,44 @@ def supervise(
         plan.deletions = supervisor.outdated_jobs()
     if status.get("phase") in FINISHED_RUN:
         _end(plan, run, ours, now)
+    _summarize(status, run.generation, now)
     return plan
+
+
+# What a Run's phase amounts to for kstatus (cronlease.conditions): running or compensating is
+# work under way; a run that failed (compensated or not) stays so and needs a person, as its
+# Escalated condition says; a run deleted while it ran is over with nothing to act on.
+_SUMMARIES = {
+    RunPhase.RUNNING: (Summary.RECONCILING, "the steps are running"),
+    RunPhase.COMPENSATING: (Summary.RECONCILING, "compensating the finished steps"),
+    RunPhase.SUCCEEDED: (Summary.READY, "every step succeeded"),
+    RunPhase.FAILED: (Summary.STALLED, "a step failed"),
+    RunPhase.COMPENSATED: (Summary.STALLED, "a step failed; the finished steps were compensated"),
+    RunPhase.COMPENSATION_FAILED: (Summary.STALLED, "a compensation failed"),
+    RunPhase.CANCELLED: (Summary.ENDED, "the run was deleted while it ran"),
+}
+
+
+def _summarize(status: dict[str, Any], generation: int, now: datetime) -> None:
+    """Ready, Reconciling and Stalled from the phase, and the generation they describe."""
+    raw = status.get("phase")
+    phase = RunPhase(raw) if raw in set(RunPhase) else RunPhase.RUNNING
+    summary, message = _SUMMARIES[phase]
+    conditions = _conditions_of(status)
+    escalated = next(
+        (c for c in conditions if isinstance(c, dict) and c.get("type") == "Escalated"), None
+    )
+    if summary is Summary.STALLED and escalated is not None:
+        message = str(escalated.get("message") or message)
+    summarize(conditions, summary, phase.value, message, generation, now)
+    status["observedGeneration"] = generation
+
+
+def _conditions_of(status: dict[str, Any]) -> list[dict[str, Any]]:
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        conditions = status["conditions"] = []
+    return conditions
 
 
 def _end(plan: RunPlan, run: RunView, jobs: list[StepJob], now: datetime) -> None:

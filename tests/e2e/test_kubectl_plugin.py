@@ -109,6 +109,18 @@ def test_kubectl_finds_the_plugin_and_next_lints_without_a_cluster(kube: Kube) -
     ]
 
 
+def test_impersonation_is_what_the_api_server_authorises(
+    kube: Kube, namespace: str, crd: str, plugin: Plugin
+) -> None:
+    # The test's kubeconfig may impersonate; the identity it acts as may read nothing.
+    result = plugin.run(
+        "history", "x", "-n", namespace, "--as", "nobody", "--as-group", "no-group", check=False
+    )
+    assert result.returncode == 1
+    assert 'User "nobody" cannot get resource "scheduledjobs"' in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+
+
 def test_bad_names_and_unknown_objects_are_one_line(
     kube: Kube, namespace: str, crd: str, plugin: Plugin
 ) -> None:
@@ -179,6 +191,13 @@ def test_run_now_history_next_suspend_resume_and_replay(
         "JOB",
     ]
     assert row.split()[:5] == [job_name, row.split()[1], "Manual", "1", "Succeeded"]
+    # kubectl's -o name (to pipe into kubectl) and -o wide (more columns) on a real Job.
+    named = plugin.run("history", "report", "-n", namespace, "-o", "name").stdout
+    assert named.splitlines() == [f"job.batch/{job_name}"]
+    assert kube.get("job", named.strip().split("/")[1], namespace) is not None
+    wide = plugin.run("history", "report", "-n", namespace, "-o", "wide").stdout
+    assert wide.splitlines()[0].split()[-3:] == ["STARTED", "REASON", "KIND"]
+    assert wide.splitlines()[1].split()[-1] == "Job"
 
     upcoming = plugin.json("next", "report", "-n", namespace, "-c", "2")
     assert upcoming["timeZone"] == "Europe/Berlin"
@@ -191,8 +210,8 @@ def test_run_now_history_next_suspend_resume_and_replay(
     assert kube.get("scheduledjob", "report", namespace)["spec"].get("suspend") is not True
     plugin.run("suspend", "report", "-n", namespace)
     assert kube.get("scheduledjob", "report", namespace)["spec"]["suspend"] is True
-    out = plugin.run("resume", "report", "-n", namespace).stdout.strip()
-    assert out == "scheduledjob.cronlease.io/report resumed"
+    out = plugin.run("resume", "report", "-n", namespace, "-o", "name").stdout.strip()
+    assert out == "scheduledjob.cronlease.io/report"
     assert kube.get("scheduledjob", "report", namespace)["spec"]["suspend"] is False
 
     # Replay of a run by its Job's name: a RunRequest, followed to its end.
@@ -440,7 +459,7 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
     assert owners == [True] * len(by_cronjob) + [False] * len(by_cronlease)
 
     # A second run of a slot cronlease ran (a CronJob's Job under another name): the audit says
-    # doubled and exits 1.
+    # doubled and exits 3 (a finding, not an error).
     twice = max(slot_of(j) for j in by_cronlease)
     kube.create(
         cronjob_job("every-minute", namespace, cron["metadata"]["uid"], twice, "every-minute-extra")
@@ -457,7 +476,7 @@ def test_adopting_a_cronjob_mid_schedule_runs_each_slot_once(
         check=False,
     )
     show("kubectl cronlease audit every-minute (a second run planted)", doubled.stdout)
-    assert doubled.returncode == 1
+    assert doubled.returncode == 3
     assert f"every-minute-extra-{twice} (cronjob/every-minute)" in doubled.stdout
     assert "1 doubled" in doubled.stdout.splitlines()[-1]
 

@@ -17,6 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from cronlease import metricseries
 from devcluster.cluster import bin_dir
 from devcluster.install import CHART, service_account_kubeconfig
 from devcluster.processes import free_port, spawn, stop
@@ -25,6 +26,7 @@ from kube import Kube, jobs_of, scheduledjob, status_of, wait_for
 from promql import dashboard_queries, exported_names, metric_names, rule_expressions
 
 DASHBOARD = CHART / "files" / "dashboard.json"
+SUCCEEDED = {"name": "cronlease_job_results_total", "result": "Succeeded", "trigger": "Schedule"}
 
 
 def helm_template(*args: str) -> list[dict[str, Any]]:
@@ -97,6 +99,41 @@ def test_every_dashboard_and_alert_metric_is_exported_by_a_running_operator(
     assert (value(exposition, "cronlease_schedule_lag_seconds_count") or 0) >= 1
     assert value(exposition, "cronlease_slots_skipped_total", reason="ConcurrencyForbid")
     assert value(exposition, "process_resident_memory_bytes")
+
+
+def test_a_standby_exports_every_series_at_zero_and_counts_no_results(
+    kube: Kube, namespace: str, operator: OperatorProcess, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    """A standby serves every labelled counter's series from its start (so that increase() sees
+    its first event once it leads), and counts no finished Job: the leader's count is the
+    cluster's, and a sum over replicas counts each Job once."""
+    wait_for(lambda: value(operator.metrics(), "cronlease_leader") == 1, 15, "the operator to lead")
+    standby = OperatorProcess(operator_kubeconfig, tmp_path, "standby")
+    standby.start()
+    try:
+        exposition = standby.metrics()
+        assert value(exposition, "cronlease_leader") == 0
+        for counter, label_values in metricseries.label_values().items():
+            for labels in label_values:
+                named = dict(zip(counter._labelnames, labels, strict=True))
+                found = value(exposition, f"{counter._name}_total", **named)
+                assert found is not None, (counter._name, named)
+        info = [s for s in samples(exposition) if s.name == "cronlease_build_info"]
+        assert [s.value for s in info] == [1]
+        before = value(operator.metrics(), **SUCCEEDED) or 0
+        kube.apply(scheduledjob("counted", namespace, duration="1s", schedule="*/2 * * * * *"))
+        wait_for(
+            lambda: (value(operator.metrics(), **SUCCEEDED) or 0) >= before + 2,
+            30,
+            "the leader to count two finished runs",
+        )
+        counted = [
+            s.value for s in samples(standby.metrics()) if s.name == "cronlease_job_results_total"
+        ]
+        assert counted, "the standby serves no job_results series"
+        assert set(counted) == {0}, "the standby counted finished Jobs"
+    finally:
+        standby.stop()
 
 
 # --- kube-state-metrics with the chart's config -------------------------------------------------

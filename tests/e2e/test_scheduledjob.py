@@ -88,7 +88,7 @@ def test_printer_columns(kube: Kube, namespace: str, operator: OperatorProcess) 
         "NAME",
         "SCHEDULE",
         "TIMEZONE",
-        "SUSPEND",
+        "STATUS",
         "ACTIVE",
         "LAST",
         "SCHEDULE",
@@ -96,10 +96,10 @@ def test_printer_columns(kube: Kube, namespace: str, operator: OperatorProcess) 
         "AGE",
     ]
     assert table[1].split()[:7] == ["cols", "*/2", "*", "*", "*", "*", "*"]
-    assert "Europe/Berlin" in table[1]
+    assert table[1].split()[7:9] == ["Europe/Berlin", "Scheduling"]  # STATUS: Ready's reason
     wide = kube.run("get", "sj", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert "LAST SUCCESS" in wide[0]
-    assert "READY" in wide[0]
+    for column in ("LAST SUCCESS", "READY", "SUSPEND"):
+        assert column in wide[0]
 
 
 # --- concurrency policies on live Jobs ----------------------------------------------------------

@@ -42,7 +42,8 @@ async def test_a_leader_steps_down_at_its_renew_deadline_without_being_asked() -
     running = asyncio.create_task(elector.run())
     await asyncio.wait_for(elector.wait_leading(), 5)
     assert REGISTRY.get_sample_value("cronlease_leader") == 1
-    server.fail("GET", LEASE_PATH, 500, times=10**6)  # no renewal succeeds from now on
+    for method in ("GET", "PUT"):  # no renewal succeeds from now on
+        server.fail(method, LEASE_PATH, 500, times=10**6)
     # Nobody asks is_leading(): the gauge (and whoever waits for a change) learns it by itself.
     await eventually(lambda: REGISTRY.get_sample_value("cronlease_leader") == 0, deadline=5)
     assert not elector.is_leading()

@@ -49,6 +49,7 @@ def test_a_final_run_deletes_every_step_job_still_running_on_every_pass() -> Non
     status = status_at(steps, ("snapshot", "Failed", 1), ("interest", "Cancelled", 1))
     status["phase"] = "Failed"
     still = [job("snapshot", state=JobState.FAILED), job("interest")]
+    status = run_through(steps, [], T0, status).status  # with its summary (Ready, Stalled)
     plan = run_through(steps, still, T0, status)
     assert [j.name for j in plan.deletions] == ["interest-run-1"]
     assert plan.status == status  # nothing to write: only to delete
@@ -280,7 +281,11 @@ def test_a_run_deleted_while_it_runs_stops_its_steps_and_compensates_what_finish
     assert [j.name for j in plan.deletions] == ["interest-run-1"]
     assert plan.escalation is None  # someone meant it
     cancelled = {c["type"]: c["reason"] for c in plan.status["conditions"]}
-    assert cancelled == {"Cancelled": "RunDeleted"}
+    assert cancelled == {
+        "Cancelled": "RunDeleted",
+        "Ready": "Compensating",  # and Reconciling, until the compensations are done
+        "Reconciling": "Compensating",
+    }
     assert [e.action for e in plan.log] == ["Cancelled", "Cancelled"]
     gone = [jobs[0]]
     compensating = supervise(view(steps, plan.status, deleting=True), gone, {}, T0)

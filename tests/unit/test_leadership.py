@@ -116,7 +116,8 @@ def count_edited(value: Any) -> Callable[[FakeApiServer, int], None]:
 CASES = [
     Case("acquire: no Lease yet", None, [0], True, 0, "me", [GET, POST]),
     Case("acquire: an empty holder (released)", lease("", 3), [0], True, 4, "me", [GET, PUT]),
-    Case("renew: ours, token kept", lease("me", 5), [0, 2], True, 5, "me", [GET, PUT, GET, PUT]),
+    # A leader renews with one PUT of what its last write returned (client-go's fast path).
+    Case("renew: ours, token kept", lease("me", 5), [0, 2, 4], True, 5, "me", [GET, PUT, PUT, PUT]),
     Case(
         "observe: another holder's Lease is valid until OUR clock says it expired",
         lease("other", 2),
@@ -258,7 +259,7 @@ CASES = [
         True,
         6,
         "me",
-        [GET, PUT, GET, POST],
+        [GET, PUT, PUT, GET, POST],  # the renewal's 404 sends it to a read
         deleted,
     ),
     Case(
@@ -288,7 +289,7 @@ CASES = [
         True,
         6,
         "me",
-        [GET, PUT, GET, PUT],
+        [GET, PUT, PUT, GET, PUT],  # the renewal's 409 (the edit moved the resourceVersion)
         count_edited(0),
     ),
     Case(
@@ -298,7 +299,7 @@ CASES = [
         True,
         6,
         "me",
-        [GET, PUT, GET, PUT],
+        [GET, PUT, PUT, GET, PUT],
         count_edited("x"),
     ),
 ]
@@ -344,7 +345,8 @@ async def test_a_leader_stops_acting_at_its_renew_deadline_before_the_lease_can_
     server, clock = FakeApiServer(), Clock()
     elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
     await elector.tick()
-    server.fail("GET", LEASE_PATH, 500, times=100)  # renewals fail from now on
+    server.fail("PUT", LEASE_PATH, 500, times=100)  # renewals fail from now on
+    server.fail("GET", LEASE_PATH, 500, times=100)
     clock.now = 9.9
     with pytest.raises(ApiError):
         await elector.tick()
@@ -530,3 +532,29 @@ async def test_our_own_renewals_arriving_by_the_watch_do_not_make_another_round(
     assert not elector._poke.is_set()  # a round per renewal would renew in a tight loop
     elector.observe(lease("", stored["spec"]["leaseTransitions"]))
     assert elector._poke.is_set()  # released: look at once
+
+
+async def test_a_leaders_next_round_counts_from_the_start_of_its_last() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    # A round that began at 5 and ended at 6.5 (a burst on the API server): the next one
+    # starts 2 s after 5, not 2 s after 6.5, which would leave it 1.5 s less before the deadline.
+    clock.now = 6.5
+    assert elector.next_round_in(began=5) == pytest.approx(0.5)
+    clock.now = 8
+    assert elector.next_round_in(began=5) == 0  # slower than a retry period: at once
+    assert elector.next_round_in() == CONFIG.retry_period
+
+
+async def test_a_renewal_that_meets_a_foreign_write_reads_the_lease_in_the_same_round() -> None:
+    server, clock = FakeApiServer(), Clock()
+    elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
+    await elector.tick()
+    server.edit(*LEASES, NS, NAME, {"spec": {"holderIdentity": "other", "leaseTransitions": 1}})
+    clock.now = 2
+    await elector.tick()
+    # Its one-PUT renewal is refused (409: the resourceVersion moved), and the read that
+    # follows shows the new holder, valid on our clock: no write carries our token now.
+    assert server.calls == [GET, POST, PUT, GET]
+    assert not elector.is_leading()

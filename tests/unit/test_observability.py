@@ -5,6 +5,7 @@ names against a running operator and the config against a running kube-state-met
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ import yaml
 from test_chart import CHART, OBSERVABILITY, documents, helm, needs_helm, render
 
 from cronlease import metrics
-from cronlease.reconcile import EXPECTED_SKIPS, SkipReason
-from promql import dashboard_queries, exported_names, metric_names, rule_expressions
+from cronlease.decision import EXPECTED_SKIPS, SkipReason
+from promql import _panels, dashboard_queries, exported_names, metric_names, rule_expressions
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "cronlease.io_scheduledjobs.yaml"
@@ -200,6 +201,25 @@ def test_every_dashboard_query_names_a_declared_metric() -> None:
         names = metric_names(query)
         assert names, f"no metric in {query!r}"
         assert names <= declared(), f"{sorted(names - declared())} in {query!r}"
+
+
+# A query's outermost aggregation and the labels it keeps: `sum by (reason) (...)`, `max(...)`.
+_AGGREGATION = re.compile(r"^\s*(?:sum|max|min|avg|count)\s*(?:by\s*\(([^()]*)\))?\s*\(")
+
+
+def test_dashboard_legends_name_only_labels_their_query_keeps() -> None:
+    """A legend's {{label}} must be one its series have: `sum by (result)` keeps result only, and
+    an aggregation without `by` keeps none (its one series gets a constant legend)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in _panels(dashboard["panels"]):
+        for target in panel.get("targets", []):
+            legend, expr = target.get("legendFormat", ""), target["expr"]
+            placeholders = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
+            aggregation = _AGGREGATION.match(expr)
+            if aggregation:
+                kept = {label.strip() for label in (aggregation.group(1) or "").split(",")}
+                assert placeholders <= kept - {""}, (panel["title"], legend, expr)
+            assert legend, f"{panel['title']}: a target without a legend"
 
 
 @needs_helm

@@ -74,18 +74,20 @@ def restore_logging() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("restore_logging")
-def test_json_logs_are_one_object_a_line_with_severity_and_time(
+def test_json_logs_are_one_object_a_line_with_level_and_time(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # controller-runtime's names (cronlease.logfields; tests/unit/test_logfields.py has the rest)
     configure_logging("json", verbose=False)
     logging.getLogger("cronlease.test").warning("slot %s skipped", "08:30")
     logging.getLogger("cronlease.test").debug("not at INFO")
     lines = [line for line in capsys.readouterr().err.splitlines() if line]
     assert len(lines) == 1
     record = json.loads(lines[0])
-    assert record["message"] == "slot 08:30 skipped"
-    assert record["severity"] == "warn"
-    assert record["timestamp"]
+    assert record["msg"] == "slot 08:30 skipped"
+    assert record["level"] == "warn"
+    assert record["logger"] == "cronlease.test"
+    assert record["ts"]
 
 
 @pytest.mark.usefixtures("restore_logging")

@@ -20,8 +20,7 @@ from cronlease.kubectl.translate import (
     translate,
 )
 from cronlease.kubectl.window import check_name
-from cronlease.naming import ANNOTATION_START_AFTER, format_time, parse_time
-from cronlease.reconcile import first_cursor
+from cronlease.naming import ANNOTATION_START_AFTER, first_cursor, format_time, parse_time
 
 # After the suspension, how long the CronJob controller may still act on a sync it began before
 # it saw it (it wakes 100 ms after a slot; a sync takes milliseconds): docs item 90.

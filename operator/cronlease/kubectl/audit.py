@@ -1,13 +1,16 @@
-"""audit: the slot ledger of one ScheduledJob, or of all (-A); exit 1 if a slot is missing or
-doubled (the verdicts are cronlease.kubectl.ledger's)."""
+"""audit: the slot ledger of one ScheduledJob, or of all (-A); exit 3 (a finding) if a slot is
+missing or doubled, or an object cannot be audited (the verdicts are cronlease.kubectl.ledger's).
+`-o name` lists the ScheduledJobs with a finding; `-o wide` adds the Jobs of each slot (one) or
+every verdict's count (-A)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+from cronlease import GROUP
 from cronlease.kubectl.context import Context
-from cronlease.kubectl.errors import PluginError
+from cronlease.kubectl.errors import EXIT_FINDING, PluginError
 from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.ledger import FAILING, Ledger, Verdict, build_ledger
 from cronlease.kubectl.output import colour, table
@@ -105,23 +108,35 @@ def cmd_audit(ctx: Context, name: str | None, low_text: str | None, high_text: s
             for o, r in results
         ]
         ctx.emit(data[0] if name is not None else data)
-        return 1 if failed else 0
+        return EXIT_FINDING if failed else 0
+    if ctx.output == "name":
+        for obj, result in results:
+            if isinstance(result, PluginError) or not result.ok:
+                ctx.print(f"scheduledjob.{GROUP}/{obj['metadata']['name']}")
+        return EXIT_FINDING if failed else 0
     if name is not None:
         ((obj, ledger),) = results
         assert isinstance(ledger, Ledger)
         ctx.print(f"scheduledjob/{name} slots from {format_time(low)} to {format_time(high)}")
+        headers = ["SLOT", "VERDICT", "DETAIL"]
         rows = [[format_time(e.slot), e.verdict.value, e.detail] for e in ledger.entries]
+        if ctx.wide:
+            headers.append("JOBS")
+            for row, entry in zip(rows, ledger.entries, strict=True):
+                row.append(",".join(r.job for r in entry.runs))
         colours = [VERDICT_COLOURS.get(e.verdict, "") for e in ledger.entries]
         if rows:
-            ctx.print(table(["SLOT", "VERDICT", "DETAIL"], rows, colours, ctx.colour))
+            ctx.print(table(headers, rows, colours, ctx.colour))
         line = _summary(ledger)
         ctx.print(colour(line, "green" if ledger.ok else "red", ctx.colour))
-        return 0 if ledger.ok else 1
+        return 0 if ledger.ok else EXIT_FINDING
+    counted = [*_COUNTED, *(_WIDE_COUNTED if ctx.wide else ())]
     rows = []
     for obj, result in results:
         meta = obj["metadata"]
         if isinstance(result, PluginError):
-            rows.append([meta["namespace"], meta["name"], "", "", "", "", "", f"error: {result}"])
+            blank = [""] * (len(counted) + 1)
+            rows.append([meta["namespace"], meta["name"], *blank, f"error: {result}"])
             continue
         c = result.counts
         bad = sum(c[v] for v in FAILING)
@@ -130,15 +145,17 @@ def cmd_audit(ctx: Context, name: str | None, low_text: str | None, high_text: s
                 meta["namespace"],
                 meta["name"],
                 str(len(result.entries)),
-                str(c[Verdict.RAN]),
-                str(c[Verdict.SKIPPED]),
-                str(c[Verdict.MISSING]),
-                str(c[Verdict.DOUBLED]),
+                *(str(c[v]) for v in counted),
                 "ok" if not bad else "FAILED",
             ]
         )
+    headers = ["NAMESPACE", "NAME", "SLOTS", *(v.value.upper().replace(" ", "-") for v in counted)]
+    headers.append("AUDIT")
     ctx.print(f"slots from {format_time(low)} to {format_time(high)}")
-    ctx.print(
-        table(["NAMESPACE", "NAME", "SLOTS", "RAN", "SKIPPED", "MISSING", "DOUBLED", "AUDIT"], rows)
-    )
-    return 1 if failed else 0
+    ctx.print(table(headers, rows))
+    return EXIT_FINDING if failed else 0
+
+
+# The verdicts -A counts in its columns; -o wide adds the rest.
+_COUNTED = (Verdict.RAN, Verdict.SKIPPED, Verdict.MISSING, Verdict.DOUBLED)
+_WIDE_COUNTED = (Verdict.NO_RECORD, Verdict.BEFORE, Verdict.WAITING, Verdict.DUE, Verdict.FUTURE)

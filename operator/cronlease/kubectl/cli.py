@@ -8,9 +8,11 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import TYPE_CHECKING, TextIO
 
-from cronlease.kubectl.errors import PluginError
+from cronlease.kubectl.errors import EXIT_USAGE, PluginError
+from cronlease.kubectl.impersonation import Impersonation, impersonation
 
 if TYPE_CHECKING:
     from cronlease.kubectl.client import Api
@@ -18,13 +20,57 @@ if TYPE_CHECKING:
 # The chart's defaults (manifests/helm/cronlease): where the operator's Lease lives.
 LEASE_NAMESPACE = "cronlease-system"
 LEASE_NAME = "cronlease-leader"
+# The plugin's own distribution (hack/plugin_dist.py builds it); in a checkout's environment the
+# plugin is part of the operator's.
+DISTRIBUTIONS = ("kubectl-cronlease", "cronlease")
+
+# The -o formats each command prints, besides its table: `wide` and `name` where it lists
+# objects (runs, dead letters, audited ScheduledJobs) or names what it wrote.
+STRUCTURED = ("json", "yaml")
+LISTS = (*STRUCTURED, "wide", "name")
+OUTPUTS = {
+    "run-now": (*STRUCTURED, "name"),
+    "next": STRUCTURED,
+    "history": LISTS,
+    "suspend": (*STRUCTURED, "name"),
+    "resume": (*STRUCTURED, "name"),
+    "backfill": STRUCTURED,
+    "replay": STRUCTURED,
+    "dead-letters": LISTS,
+    "audit": LISTS,
+    "adopt": STRUCTURED,
+    "leader": STRUCTURED,
+}
+
+EPILOG = """\
+exit codes:
+  0  done (and, for audit, backfill and replay, nothing found)
+  1  an error: the kubeconfig, the API server, an object, or bad input
+  2  a usage error: an unknown command or flag, a missing argument
+  3  a finding: audit found a slot missing or doubled (or an object it cannot audit), or a
+     backfill or replay target failed
+
+completion: kubectl_complete-cronlease (installed beside kubectl-cronlease) completes
+commands, flags and ScheduledJob names after `kubectl cronlease <TAB>`.
+"""
+
+
+def version() -> str:
+    """The installed distribution's version (the plugin's own, or the operator's in a checkout)."""
+    for name in DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, with its usage errors as PluginErrors (exit 2, kubectl's usage code)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise PluginError(f"{message} (see kubectl cronlease {self.prog.split()[-1]} --help)", 2)
+        # A subcommand's prog is "kubectl cronlease CMD"; the top level's is "kubectl cronlease".
+        raise PluginError(f"{message} (see {self.prog} --help)", EXIT_USAGE)
 
 
 def _common() -> _Parser:
@@ -35,9 +81,15 @@ def _common() -> _Parser:
     )
     common.add_argument("--context", help="kubeconfig context to use")
     common.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG)")
+    common.add_argument("--as", dest="as_user", metavar="USER", help="act as this user")
     common.add_argument(
-        "-o", "--output", choices=("json", "yaml"), help="json or yaml instead of a table"
+        "--as-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="act as this group (repeatable; needs --as)",
     )
+    common.add_argument("--as-uid", metavar="UID", help="act as this uid (needs --as)")
     common.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the operator (120)"
     )
@@ -49,7 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kubectl cronlease",
         description="cronlease ScheduledJobs from kubectl: run, inspect, audit, migrate.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"kubectl-cronlease {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run-now", parents=[common], help="run a ScheduledJob now; print the Job")
@@ -87,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
 
     p = sub.add_parser(
-        "audit", parents=[common], help="the slot ledger; exits 1 if a slot is missing or doubled"
+        "audit", parents=[common], help="the slot ledger; exits 3 if a slot is missing or doubled"
     )
     p.add_argument("name", nargs="?")
     p.add_argument("--from", dest="low", help="window start (default 1h ago)")
@@ -105,20 +160,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("leader", parents=[common], help="the Lease holder, its token, replicas")
     p.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
     p.add_argument("--lease-name", default=LEASE_NAME)
+    for command, formats in OUTPUTS.items():
+        names = " or ".join(", ".join(formats).rsplit(", ", 1))
+        sub.choices[command].add_argument(
+            "-o", "--output", choices=formats, help=f"{names} instead of a table"
+        )
     return parser
 
 
-def connect(kubeconfig: str | None, context: str | None) -> Api:
+def connect(
+    kubeconfig: str | None,
+    context: str | None,
+    impersonate: Impersonation | None = None,
+    timeout: float | None = None,
+) -> Api:
     """The API client, imported only by commands that reach a cluster (`next --schedule` lints
     anywhere, the operator's environment included)."""
     try:
         from cronlease.kubectl.client import Api
-    except ImportError as error:  # installed without its group: the operator's environment
+    except ImportError as error:  # the operator's environment, which must not hold the client
         raise PluginError(
-            f"the kubernetes client is missing ({error}): install the plugin with "
-            "`pip install 'cronlease[plugin]'` in its own environment (`make plugin`)"
+            f"the Python package `kubernetes` (the official client) is missing ({error}): "
+            "install the plugin's own distribution, kubectl-cronlease, which brings it "
+            f"(`pipx install kubectl_cronlease-{version()}-py3-none-any.whl`, built by "
+            "`make plugin-dist`), or `pip install kubernetes` into this environment"
         ) from None
-    return Api(kubeconfig, context)
+    return Api(kubeconfig, context, impersonate, timeout)
 
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
@@ -127,8 +194,9 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     from cronlease.kubectl.context import Context
 
     args = build_parser().parse_args(argv)
+    who = impersonation(args.as_user, args.as_group, args.as_uid)
     ctx = Context(
-        connect=lambda: connect(args.kubeconfig, args.context),
+        connect=lambda: connect(args.kubeconfig, args.context, who),
         namespace=args.namespace,
         all_namespaces=args.all_namespaces,
         output=args.output or "table",

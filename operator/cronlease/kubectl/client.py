@@ -13,17 +13,25 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from urllib3 import HTTPHeaderDict, Timeout
 from urllib3.exceptions import HTTPError
 
 from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
 from cronlease.kubectl.errors import PluginError
+from cronlease.kubectl.impersonation import Impersonation
 from cronlease.serverdate import ServerDate
 
 T = TypeVar("T")
 
 
 class Api:
-    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+    def __init__(
+        self,
+        kubeconfig: str | None,
+        context: str | None,
+        impersonate: Impersonation | None = None,
+        timeout: float | None = None,
+    ) -> None:
         try:
             api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
             self.default_namespace = _context_namespace(kubeconfig, context)
@@ -36,6 +44,12 @@ class Api:
                 raise PluginError(f"cannot load the kubeconfig: {kube_error}") from None
             api_client = client.ApiClient()
             self.default_namespace = _in_cluster_namespace()
+        if impersonate is not None:
+            _impersonate(api_client, impersonate)
+        if timeout is not None:  # each connect and read (a completion must not hang a shell)
+            pool_options = api_client.rest_client.pool_manager.connection_pool_kw
+            pool_options["timeout"] = Timeout(connect=timeout, read=timeout)
+            pool_options["retries"] = False
         self.custom = client.CustomObjectsApi(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -131,6 +145,19 @@ class Api:
             f"cronjob {name!r} in namespace {namespace!r}",
         )
 
+    def cronjobs(self, namespace: str) -> list[dict[str, Any]]:
+        return _items(
+            self._call(
+                lambda: self.batch.list_namespaced_cron_job(namespace, _preload_content=False),
+                "cronjobs",
+            )
+        )
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        return _items(
+            self._call(lambda: self.core.list_namespace(_preload_content=False), "namespaces")
+        )
+
     def patch_cronjob(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A strategic merge patch (the client's choice for a dict body on a built-in kind)."""
         return self._call(
@@ -194,6 +221,26 @@ class Api:
             raise
 
 
+def _impersonate(api_client: Any, who: Impersonation) -> None:
+    """kubectl's --as, --as-group, --as-uid: the API server's impersonation headers on every
+    request. The client has no setting for them, and its default headers hold one value per name,
+    while each group is a header line of its own (a comma-joined line would be one group named
+    "a,b"), so they are added where the requests leave, on urllib3's pool."""
+    pool = api_client.rest_client.pool_manager
+    send = pool.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        headers = HTTPHeaderDict(kwargs.pop("headers", None) or {})
+        headers["Impersonate-User"] = who.user
+        for group in who.groups:
+            headers.add("Impersonate-Group", group)
+        if who.uid:
+            headers["Impersonate-Uid"] = who.uid
+        return send(method, url, *args, headers=headers, **kwargs)
+
+    pool.request = request
+
+
 def _items(listing: dict[str, Any]) -> list[dict[str, Any]]:
     items = listing.get("items")
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
@@ -214,6 +261,15 @@ def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
     chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
     namespace = (chosen or {}).get("context", {}).get("namespace")
     return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+def contexts(kubeconfig: str | None) -> list[str]:
+    """The kubeconfig's context names (for completing --context)."""
+    try:
+        found, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError, TypeError, ValueError) as error:
+        raise PluginError(f"cannot load the kubeconfig: {error}") from None
+    return sorted(c["name"] for c in found if isinstance(c.get("name"), str))
 
 
 def _in_cluster_namespace() -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from cronlease import GROUP
+from cronlease import GROUP, RUN_KIND
 from cronlease.cron import Schedule, ScheduleError
 from cronlease.kubectl.context import Context, wait
 from cronlease.kubectl.errors import PluginError
@@ -118,6 +118,8 @@ def cmd_run_now(ctx: Context, name: str) -> int:
         )
     if ctx.structured():
         ctx.emit(job)
+    elif ctx.output == "name":
+        ctx.names("job.batch", [job_name])
     else:
         ctx.print(f"job.batch/{job_name} created (run-now {token})")
     return 0
@@ -152,10 +154,18 @@ def cmd_suspend(ctx: Context, name: str | None, selector: str | None, suspend: b
                 token = f"{int(ctx.clock().timestamp())}-{secrets.token_hex(3)}"
                 patch["metadata"] = {"annotations": {ANNOTATION_RESUME: token}}
         ctx.api.patch_scheduled_job(namespace, target, patch)
+        if ctx.output == "name":
+            ctx.names(f"scheduledjob.{GROUP}", [target])
+            continue
         what = "suspended" if suspend else ("resumed (and unpaused)" if paused else "resumed")
         prefix = f"{namespace}/" if ctx.all_namespaces else ""
         ctx.print(f"scheduledjob.{GROUP}/{prefix}{target} {what}")
     return 0
+
+
+def _resource(kind: str) -> str:
+    """`-o name`'s resource for a run's record: a Job, or a multi-step run's Run."""
+    return f"run.{GROUP}" if kind == RUN_KIND else "job.batch"
 
 
 # --- history, dead-letters, leader -------------------------------------------------------------
@@ -168,6 +178,10 @@ def cmd_history(ctx: Context, name: str) -> int:
     if ctx.structured():
         ctx.emit([row.as_dict() for row in rows])
         return 0
+    if ctx.output == "name":
+        for row in rows:
+            ctx.names(_resource(row.kind), [row.job])
+        return 0
     if not rows:
         ctx.print(f"No runs of scheduledjob/{name} on record.")
         return 0
@@ -177,26 +191,24 @@ def cmd_history(ctx: Context, name: str) -> int:
         )
         for r in rows
     ]
-    ctx.print(
-        table(
-            ["RUN", "SLOT", "TRIGGER", "ATTEMPTS", "RESULT", "LAG", "FINISHED", "JOB"],
-            [
-                [
-                    r.run,
-                    r.slot,
-                    r.trigger,
-                    str(r.attempts),
-                    r.result,
-                    "" if r.lag_seconds is None else f"{r.lag_seconds:.3f}s",
-                    r.finished_at,
-                    r.job,
-                ]
-                for r in rows
-            ],
-            colours,
-            ctx.colour,
-        )
-    )
+    headers = ["RUN", "SLOT", "TRIGGER", "ATTEMPTS", "RESULT", "LAG", "FINISHED", "JOB"]
+    cells = [
+        [
+            r.run,
+            r.slot,
+            r.trigger,
+            str(r.attempts),
+            r.result,
+            "" if r.lag_seconds is None else f"{r.lag_seconds:.3f}s",
+            r.finished_at,
+            r.job,
+        ]
+        for r in rows
+    ]
+    if ctx.wide:
+        headers += ["STARTED", "REASON", "KIND"]
+        cells = [[*c, r.started_at, r.reason, r.kind] for c, r in zip(cells, rows, strict=True)]
+    ctx.print(table(headers, cells, colours, ctx.colour))
     return 0
 
 
@@ -208,6 +220,10 @@ def cmd_dead_letters(ctx: Context, name: str | None) -> int:
     if ctx.structured():
         ctx.emit([letter.as_dict() for letter in letters])
         return 0
+    if ctx.output == "name":
+        for letter in letters:
+            ctx.names(_resource(letter.kind), [letter.job])
+        return 0
     if not letters:
         where = "any namespace" if ctx.all_namespaces else f"namespace {ctx.ns}"
         ctx.print(f"No dead letters in {where}.")
@@ -217,9 +233,12 @@ def cmd_dead_letters(ctx: Context, name: str | None) -> int:
         [d.scheduled_job, d.run, d.slot, str(d.attempts), d.reason, d.failed_at, d.job]
         for d in letters
     ]
-    if ctx.all_namespaces:
+    if ctx.all_namespaces or ctx.wide:
         headers = ["NAMESPACE", *headers]
         rows = [[d.namespace, *row] for d, row in zip(letters, rows, strict=True)]
+    if ctx.wide:
+        headers.append("KIND")
+        rows = [[*row, d.kind] for d, row in zip(letters, rows, strict=True)]
     ctx.print(table(headers, rows))
     return 0
 

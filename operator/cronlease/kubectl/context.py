@@ -65,6 +65,16 @@ class Context:
     def structured(self) -> bool:
         return self.output in ("json", "yaml")
 
+    @property
+    def wide(self) -> bool:
+        """`-o wide`: the table with more columns, as kubectl's."""
+        return self.output == "wide"
+
+    def names(self, resource: str, names: list[str]) -> None:
+        """`-o name`: `resource/name` a line, as `kubectl get -o name` prints, for piping."""
+        for name in names:
+            self.print(f"{resource}/{name}")
+
     def emit(self, data: Any) -> None:
         self.print(dump(data, self.output))
 

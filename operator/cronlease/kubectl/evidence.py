@@ -22,8 +22,13 @@ from cronlease.kubectl.translate import (
     ANNOTATION_ADOPTED_FROM,
     CRONJOB_SCHEDULED_TIMESTAMP,
 )
-from cronlease.naming import REQUEST_TRIGGERS, TRIGGER_SCHEDULE, format_time, parse_time
-from cronlease.reconcile import first_cursor
+from cronlease.naming import (
+    REQUEST_TRIGGERS,
+    TRIGGER_SCHEDULE,
+    first_cursor,
+    format_time,
+    parse_time,
+)
 from cronlease.spec import Spec, SpecError, parse_spec
 
 # Slots the ledger enumerates at most: beyond, the window alone is judged (and counts are a

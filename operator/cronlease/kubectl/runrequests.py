@@ -9,7 +9,7 @@ from typing import Any
 
 from cronlease import GROUP, REQUEST_KIND, VERSION
 from cronlease.kubectl.context import POLL_SECONDS, Context
-from cronlease.kubectl.errors import PluginError
+from cronlease.kubectl.errors import EXIT_FINDING, PluginError
 from cronlease.kubectl.evidence import subject_of
 from cronlease.kubectl.output import Progress
 from cronlease.kubectl.views import request_progress
@@ -57,8 +57,12 @@ def _request(ctx: Context, target: str, action: dict[str, Any], policy: str) -> 
             f"succeeded, {state.failed} failed{_skipped(state.skipped)}"
             f"{': ' + state.message if state.message else ''}"
         )
-    # A target skipped because another request replays its run is no failure of this one.
-    return 0 if state.phase == "Complete" and state.failed == 0 else 1
+    # A target skipped because another request replays its run is no failure of this one. A
+    # target that failed is a finding (the request did its work); a request the operator could
+    # not carry out (phase Failed, `message` says why) is an error.
+    if state.phase != "Complete":
+        return 1
+    return EXIT_FINDING if state.failed else 0
 
 
 def _skipped(skipped: int) -> str:

@@ -45,6 +45,10 @@ class HistoryRow:
     lag_seconds: float | None
     job: str
     finished_at: str
+    # What `-o wide` adds (known while the run's Jobs are kept), and the kind `-o name` prints.
+    started_at: str = ""
+    reason: str = ""
+    kind: str = "Job"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +76,9 @@ def history(scheduled_job: dict[str, Any], jobs: Sequence[dict[str, Any]]) -> li
             None,
             info.name,
             _stamp(info.finished_at),
+            _stamp(info.started_at),
+            info.failure_reason,
+            info.kind,
         )
     recent = status.get("recentRuns")
     for entry in recent if isinstance(recent, list) else []:
@@ -91,6 +98,7 @@ def history(scheduled_job: dict[str, Any], jobs: Sequence[dict[str, Any]]) -> li
             float(lag) if isinstance(lag, int | float) and not isinstance(lag, bool) else None,
             _text(entry.get("job")) or run,
             _text(entry.get("finishedAt")) or (rows[run].finished_at if run in rows else ""),
+            *((rows[run].started_at, rows[run].reason, rows[run].kind) if run in rows else ()),
         )
     return sorted(rows.values(), key=lambda row: (row.slot, row.run))
 
@@ -105,6 +113,7 @@ class DeadLetter:
     reason: str
     failed_at: str
     job: str
+    kind: str = "Job"  # a multi-step run's record is a Run
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,6 +138,7 @@ def dead_letters(jobs: Sequence[dict[str, Any]]) -> list[DeadLetter]:
                 info.failure_reason or "Failed",
                 _stamp(info.finished_at),
                 info.name,
+                info.kind,
             )
         )
     return sorted(letters, key=lambda d: (d.failed_at, d.namespace, d.run))

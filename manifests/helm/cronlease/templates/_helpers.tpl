@@ -15,6 +15,40 @@
 {{- end -}}
 {{- end -}}
 
+{{- /* "<fullname>-<suffix>", within 63 characters for any release name (a Service's name is a
+DNS label; every other name keeps to the same limit): a full name too long for its suffix is cut
+and a hash of it added, so two long release names that share a beginning still differ. */ -}}
+{{- define "cronlease.suffixed" -}}
+{{- $fullname := include "cronlease.fullname" .context -}}
+{{- $name := printf "%s-%s" $fullname .suffix -}}
+{{- if le (len $name) 63 -}}
+{{- $name -}}
+{{- else -}}
+{{- $kept := $fullname | trunc (int (sub 63 (add (len .suffix) 7))) | trimSuffix "-" -}}
+{{- printf "%s-%s-%s" $kept (sha256sum $fullname | trunc 5) .suffix -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The metrics Service; its name is also the job label of the series Prometheus scrapes. */ -}}
+{{- define "cronlease.metricsServiceName" -}}
+{{- include "cronlease.suffixed" (dict "context" . "suffix" "metrics") -}}
+{{- end -}}
+
+{{- /* The leader election's Lease: the release's own unless set ("cronlease-leader" for a
+release named cronlease, the name charts before 0.3.0 gave every release). */ -}}
+{{- define "cronlease.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (include "cronlease.suffixed" (dict "context" . "suffix" "leader")) -}}
+{{- end -}}
+
+{{- /* repository@digest when a digest is set (the tag is then ignored), else repository:tag. */ -}}
+{{- define "cronlease.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* The schema requires serviceAccount.name when the chart does not create the account. */ -}}
 {{- define "cronlease.serviceAccountName" -}}
 {{- default (include "cronlease.fullname" .) .Values.serviceAccount.name -}}
