@@ -13,10 +13,10 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_ARCHIVE := .cache/image/cronlease-$(VERSION).oci.tar
 
-.PHONY: help venv plugin plugin-dist krew controlplane promtool kstatus crds image image-docker-archive cluster-up cluster-down node-up node-down e2e-cluster lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards bench-jobrecords soak clean
+.PHONY: help venv plugin plugin-dist krew controlplane helm3 promtool kstatus crds image image-docker-archive cluster-up cluster-down node-up node-down e2e-cluster lint typecheck unit e2e test demo bench failover chaos writes bench-shape bench-decide bench-shards bench-jobrecords soak clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ plugin: $(PLUGIN_VENV)/.installed ## the kubectl plugin in its own venv: .venv-p
 PLUGIN_DIST := .cache/plugin-dist
 PLUGIN_WHEEL := $(PLUGIN_DIST)/kubectl_cronlease-$(VERSION)-py3-none-any.whl
 
-$(PLUGIN_WHEEL): pyproject.toml LICENSE hack/plugin_dist.py $(wildcard operator/cronlease/*.py) $(wildcard operator/cronlease/kubectl/*.py)
+$(PLUGIN_WHEEL): $(VENV)/.installed pyproject.toml LICENSE hack/plugin_dist.py $(wildcard operator/cronlease/*.py) $(wildcard operator/cronlease/kubectl/*.py)
 	$(BIN)/python hack/plugin_dist.py wheel --out $(PLUGIN_DIST)
 
 plugin-dist: venv $(PLUGIN_WHEEL) ## the plugin's wheel, kubectl-cronlease (pipx install .cache/plugin-dist/kubectl_cronlease-<version>-py3-none-any.whl)
@@ -47,18 +47,23 @@ plugin-dist: venv $(PLUGIN_WHEEL) ## the plugin's wheel, kubectl-cronlease (pipx
 krew: plugin-dist ## krew's archive and manifest from that wheel (.cache/plugin-dist/cronlease.yaml; KREW_URL_BASE=where the archive is published)
 	$(BIN)/python hack/plugin_dist.py krew --out $(PLUGIN_DIST) $(if $(KREW_URL_BASE),--url-base $(KREW_URL_BASE))
 
-controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm (4, and 3 as helm3), kube-state-metrics, a kubelet and pause (cached)
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm (4), kube-state-metrics, a kubelet and pause (cached)
 	bash hack/controlplane/build.sh
 	bash hack/kube-state-metrics/build.sh
+
+helm3: ## build Helm 3 as helm3 into .cache/bin (cached): the chart's tests and its upgrade e2e run both Helm majors
 	bash hack/helm3/build.sh
 
 promtool: ## build promtool from its Go module into .cache/bin (cached): the alert rules' tests run it
 	bash hack/promtool/build.sh
 
-kstatus: ## build the kstatus reader (sigs.k8s.io/cli-utils) into .cache/bin (cached): the e2e tests read objects with it
+kstatus: ## build the kstatus reader (sigs.k8s.io/cli-utils) into .cache/bin (cached): the unit and e2e tests read objects with it
 	bash hack/kstatus/build.sh
 
+# crdgen reads Kubernetes' OpenAPI from the Go module cache, at the k8s.io/kubernetes version that
+# hack/controlplane/go.mod pins: downloaded first, so that a fresh clone needs no `make controlplane`.
 crds: venv ## write the JobSpec schemas in crds/ (and the chart's copies) from the control plane's Kubernetes OpenAPI
+	(cd hack/controlplane && go mod download k8s.io/kubernetes)
 	$(BIN)/python hack/crdgen.py
 
 # Rebuilt when an input of the Dockerfile or of the build scripts changed (bases: hack/image/bases.sh).
@@ -96,16 +101,16 @@ typecheck: venv ## mypy --strict (the package, the tooling under hack/, and the 
 	$(BIN)/mypy
 	$(BIN)/mypy bench/*.py
 
-unit: venv plugin ## unit tests (no cluster, no Go build; the chart tests skip until `make controlplane` built helm)
+unit: venv plugin kstatus ## unit tests (no cluster; the kstatus reader built first; the chart tests skip until `make controlplane` built helm)
 	$(PYTEST) tests/unit
 
-e2e: venv plugin controlplane image ## end-to-end tests against the real control plane (started if needed)
+e2e: venv plugin controlplane helm3 kstatus image ## end-to-end tests against the real control plane (started if needed)
 	$(PYTEST) tests/e2e
 
 e2e-cluster: venv plugin ## the real-pod e2e tests against the cluster in $$KUBECONFIG (kind: load the image first, see README)
 	$(PYTEST) tests/e2e/test_real_node.py --k8s-kubeconfig "$${KUBECONFIG:?set KUBECONFIG to the cluster}"
 
-test: lint typecheck controlplane promtool kstatus image unit e2e ## everything CI runs (controlplane and promtool first: the chart and alert tests need helm and promtool)
+test: lint typecheck controlplane helm3 promtool kstatus image unit e2e ## everything CI runs (controlplane, helm3, promtool and kstatus first: the chart, alert and kstatus tests need them)
 
 demo: venv controlplane ## start a cluster, run the operator, apply the examples and watch
 	bash hack/demo.sh

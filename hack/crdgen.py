@@ -127,7 +127,7 @@ def module_cache() -> Path:
 
 
 def openapi_path(version: str | None = None) -> Path:
-    """Where the module cache holds the batch/v1 OpenAPI (`make controlplane` downloads it)."""
+    """Where the module cache holds the batch/v1 OpenAPI (`make crds` downloads it)."""
     return module_cache() / f"k8s.io/kubernetes@{version or kubernetes_version()}" / OPENAPI
 
 
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.openapi or openapi_path()
     if not path.exists():
-        print(f"{path} is missing: run `make controlplane` (it downloads the module)")
+        print(f"{path} is missing: run `make crds` (it downloads the module first)")
         return 2
     definitions = load_definitions(path)
     stale = []

@@ -14,8 +14,8 @@ krew runs no pip: its archive holds one executable, a zipapp of the wheel and it
 (pure Python: the compiled speedups are left out, their modules fall back to Python), run by
 the user's `python3` (3.11 or later). Named `kubectl_complete-cronlease` (a link), it completes.
 
-    python hack/plugin_dist.py wheel [--out DIR]
-    python hack/plugin_dist.py krew [--out DIR] [--url-base URL]
+    python hack/plugin_dist.py wheel [--out DIR] [--wheels DIR]
+    python hack/plugin_dist.py krew [--out DIR] [--wheels DIR] [--url-base URL]
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def pyproject(meta: dict[str, Any]) -> str:
     q = json.dumps
     lines = [
         "[build-system]",
-        'requires = ["setuptools>=69"]',
+        'requires = ["setuptools>=77"]',  # the SPDX `license` string
         'build-backend = "setuptools.build_meta"',
         "",
         "[project]",
@@ -172,21 +172,24 @@ def stage(out: Path, meta: dict[str, Any]) -> Path:
     return src
 
 
-def build_wheel(out: Path = OUT) -> Path:
-    """The wheel in `out`, and in `out`/wheels every wheel it needs (fetched once, then reused)
-    so that installs of it can be offline (`pip install --no-index --find-links`)."""
+def build_wheel(out: Path = OUT, wheels: Path | None = None) -> Path:
+    """The wheel in `out`, and in `wheels` (default `out`/wheels) every wheel it needs (fetched
+    once, then reused) so that installs of it can be offline (`pip install --no-index
+    --find-links`). The build itself is offline: setuptools from this environment (the `dev`
+    group's), not one pip would fetch into an isolated build environment."""
     meta = project()
+    wheels = wheels or out / "wheels"
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("kubectl_cronlease-*.whl"):
         old.unlink()
     src = stage(out, meta)
     pip = [sys.executable, "-m", "pip"]
-    subprocess.run(
-        [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(src)], check=True
-    )
+    # Its build requirements checked (a clear error from an older setuptools, not a bad build).
+    build = [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    build.append("--check-build-dependencies")
+    subprocess.run([*build, "--wheel-dir", str(out), str(src)], check=True)
     shutil.rmtree(src)
     (wheel,) = out.glob(f"kubectl_cronlease-{meta['version']}-*.whl")
-    wheels = out / "wheels"
     fetch = [*pip, "download", "--quiet", "--dest", str(wheels), "--find-links", str(wheels)]
     # Offline when the wheels fetched before still satisfy it; the index only when not.
     offline = subprocess.run([*fetch, "--no-index", str(wheel)], capture_output=True, check=False)
@@ -199,7 +202,7 @@ def build_wheel(out: Path = OUT) -> Path:
 # --- krew --------------------------------------------------------------------------------------
 
 
-def build_zipapp(wheel: Path, out: Path) -> Path:
+def build_zipapp(wheel: Path, out: Path, wheels: Path) -> Path:
     """One executable: the wheel and its dependencies, pure Python, with a `python3` shebang."""
     tree = out / "zipapp"
     shutil.rmtree(tree, ignore_errors=True)
@@ -213,7 +216,7 @@ def build_zipapp(wheel: Path, out: Path) -> Path:
             "--no-index",
             "--no-compile",
             "--find-links",
-            str(out / "wheels"),
+            str(wheels),
             "--target",
             str(tree),
             str(wheel),
@@ -314,16 +317,19 @@ def _block_dumper() -> Any:
     return Dumper
 
 
-def build_krew(out: Path = OUT, url_base: str | None = None) -> tuple[Path, Path]:
+def build_krew(
+    out: Path = OUT, url_base: str | None = None, wheels: Path | None = None
+) -> tuple[Path, Path]:
     """The archive and its manifest (cronlease.yaml: krew's index names a manifest after its
-    plugin) from the wheel `build_wheel` left in `out`."""
+    plugin) from the wheel `build_wheel` left in `out` and the wheels it fetched (`wheels`,
+    default `out`/wheels)."""
     import yaml  # the dev environment's (PyYAML): only this target writes YAML
 
     version = project()["version"]
     wheel = out / f"kubectl_cronlease-{version}-py3-none-any.whl"
     if not wheel.is_file():
         raise SystemExit(f"no {wheel}: run `make plugin-dist` first")
-    archive = build_archive(build_zipapp(wheel, out), out, version)
+    archive = build_archive(build_zipapp(wheel, out, wheels or out / "wheels"), out, version)
     base = url_base or archive.parent.resolve().as_uri()
     data = manifest(archive, version, f"{base.rstrip('/')}/{archive.name}")
     target = out / "cronlease.yaml"
@@ -336,15 +342,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("target", choices=("wheel", "krew"))
     parser.add_argument("--out", type=Path, default=OUT, help=f"output directory ({OUT})")
     parser.add_argument(
+        "--wheels", type=Path, help="the dependencies' wheels, kept between builds (OUT/wheels)"
+    )
+    parser.add_argument(
         "--url-base",
         help="where the archive is published, for the manifest's uri (default: its file:// URL)",
     )
     args = parser.parse_args(argv)
     if args.target == "wheel":
-        wheel = build_wheel(args.out)
+        wheel = build_wheel(args.out, args.wheels)
         print(f"built {wheel} ({wheel.stat().st_size // 1024} KiB)")
     else:
-        archive, target = build_krew(args.out, args.url_base)
+        archive, target = build_krew(args.out, args.url_base, args.wheels)
         print(f"built {archive} ({archive.stat().st_size // 1024} KiB) and {target}")
 
 

@@ -10,6 +10,7 @@ repo=$(cd "$here/../.." && pwd)
 bin_dir=${BIN_DIR:-$repo/.cache/bin}
 stamp_file=$bin_dir/.stamp
 cd "$here"
+source ../gotool.sh # module_version
 
 stamp=$(cat go.mod go.sum build.sh pause/main.go | sha256sum | cut -d' ' -f1)
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok helm pause)
@@ -19,12 +20,11 @@ if [[ -f $stamp_file && $(cat "$stamp_file") == "$stamp" ]]; then
   if [[ $missing == 0 ]]; then echo "control plane binaries are up to date in $bin_dir"; exit 0; fi
 fi
 
-version_of() { go list -m -f '{{.Version}}' "$1"; }
-kube_version=$(version_of k8s.io/kubernetes)
+kube_version=$(module_version k8s.io/kubernetes)
 kube_minor=$(cut -d. -f2 <<<"$kube_version")
-etcd_version=$(version_of go.etcd.io/etcd/server/v3)
-kwok_version=$(version_of sigs.k8s.io/kwok)
-helm_version=$(version_of helm.sh/helm/v4)
+etcd_version=$(module_version go.etcd.io/etcd/server/v3)
+kwok_version=$(module_version sigs.k8s.io/kwok)
+helm_version=$(module_version helm.sh/helm/v4)
 build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 ldflags="-s -w"

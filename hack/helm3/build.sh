@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../gotool.sh
-version=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)
+version=$(module_version helm.sh/helm/v3)
 go_tool helm3 helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$version"

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../gotool.sh
-version=$(go list -m -f '{{.Version}}' k8s.io/kube-state-metrics/v2)
+version=$(module_version k8s.io/kube-state-metrics/v2)
 go_tool kube-state-metrics k8s.io/kube-state-metrics/v2 \
   "-X github.com/prometheus/common/version.Version=${version#v}"

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../gotool.sh
-version=$(go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+version=$(module_version github.com/prometheus/prometheus)
 # Prometheus 3.x.y is tagged v0.3xx.y as a Go module: what `promtool --version` should say.
 minor=${version#v0.}
 minor=${minor%%.*}

@@ -23,17 +23,20 @@ if generation ~= nil and (status.observedGeneration == nil or status.observedGen
 end
 
 local conditions = status.conditions or {}
-local stalled = condition(conditions, "Stalled")
-if stalled ~= nil and stalled.status == "True" then
-  hs.status = "Degraded"
-  hs.message = (stalled.reason or "Stalled") .. ": " .. (stalled.message or "")
-  return hs
+
+-- Stalled and Reconciling (abnormal-true: present only while True): when `kind` is True, the
+-- health `health` with its reason and message; else nil.
+local function abnormal(kind, health)
+  local found = condition(conditions, kind)
+  if found ~= nil and found.status == "True" then
+    return { status = health, message = (found.reason or kind) .. ": " .. (found.message or "") }
+  end
+  return nil
 end
-local reconciling = condition(conditions, "Reconciling")
-if reconciling ~= nil and reconciling.status == "True" then
-  hs.status = "Progressing"
-  hs.message = (reconciling.reason or "Reconciling") .. ": " .. (reconciling.message or "")
-  return hs
+
+local flagged = abnormal("Stalled", "Degraded") or abnormal("Reconciling", "Progressing")
+if flagged ~= nil then
+  return flagged
 end
 local ready = condition(conditions, "Ready")
 if ready == nil then

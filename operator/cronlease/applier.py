@@ -401,14 +401,19 @@ class Applier:
     def check_leading(self) -> None:
         self.writer.check_leading()
 
+    def _store(self, kind: str) -> tuple[tuple[str, str], Model]:
+        """Where a run of `kind` lives: a Job's in the Jobs' model, a Run's in the Runs'."""
+        return (RUNS, self.runs) if kind == RUN_KIND else (JOBS, self.model)
+
     async def _delete(self, owner: ObjectRef, deletion: PlannedDeletion) -> None:
         # CancelOther waits until the run is gone, pods included (cronlease.overlap); a Run
         # goes in the background: its supervisor cancels its steps (and compensates) first.
         foreground = deletion.reason is DeletionReason.CANCEL_OTHER and deletion.kind != RUN_KIND
-        resource = RUNS if deletion.kind == RUN_KIND else JOBS
+        resource, model = self._store(deletion.kind)
         deleted = await self.writer.delete(
             resource, owner.namespace, deletion.job_name, deletion.uid, foreground
         )
+        model.deleted(owner.namespace, deletion.job_name, deletion.uid)  # gone or going
         if deleted:
             self.event(
                 owner,
@@ -460,7 +465,7 @@ class Applier:
     async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun, kind: str) -> str:
         """AlreadyExists: a Job the leader wrote for this run (an earlier attempt's) is adopted:
         its uid. Anyone else's is not, whatever owner reference it carries."""
-        model = self.runs if kind == RUN_KIND else self.model
+        _, model = self._store(kind)
         with model.reading():
             if kind == RUN_KIND:
                 existing = await self.api.get_run(sj.namespace, run.job_name)
@@ -510,7 +515,7 @@ class Applier:
         return Applied(Outcome.DONE)
 
     async def _release(self, namespace: str, release: PlannedRelease) -> None:
-        resource, model = (RUNS, self.runs) if release.kind == RUN_KIND else (JOBS, self.model)
+        resource, model = self._store(release.kind)
         async with self._status_pool:
             await self.writer.release(
                 resource, namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD
@@ -520,7 +525,7 @@ class Applier:
     async def _label(self, namespace: str, planned: PlannedLabel) -> None:
         """A label that marks the end of a run's attempt (after the status write): a dead letter
         (kept outside the history limits), or an attempt retried (never retried again)."""
-        resource, model = (RUNS, self.runs) if planned.kind == RUN_KIND else (JOBS, self.model)
+        resource, model = self._store(planned.kind)
         with model.reading():
             async with self._status_pool:
                 labelled = await self.writer.label(

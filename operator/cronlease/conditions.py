@@ -13,6 +13,7 @@ stuck until someone acts.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -76,6 +77,32 @@ def remove_condition(conditions: list[dict[str, Any]], condition_type: str) -> N
     conditions[:] = [c for c in conditions if c.get("type") != condition_type]
 
 
+def find_condition(conditions: object, condition_type: str) -> dict[str, Any] | None:
+    """The condition of that type in `conditions` (whatever a status holds there), if any."""
+    if not isinstance(conditions, Iterable):
+        return None
+    return next(
+        (c for c in conditions if isinstance(c, dict) and c.get("type") == condition_type), None
+    )
+
+
+def is_true(conditions: object, condition_type: str) -> bool:
+    condition = find_condition(conditions, condition_type)
+    return condition is not None and condition.get("status") == "True"
+
+
+def conditions_in(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """status.conditions, in place, as a list of conditions: a list made if there is none, and
+    what is no object dropped (set_condition reads every entry as one). The same list each time
+    it is asked for, so that what one caller sets, the next one sees."""
+    raw = status.get("conditions")
+    if isinstance(raw, list) and all(isinstance(c, dict) for c in raw):
+        return raw
+    conditions = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+    status["conditions"] = conditions
+    return conditions
+
+
 def summarize(
     conditions: list[dict[str, Any]],
     summary: Summary,
@@ -93,3 +120,16 @@ def summarize(
             set_condition(conditions, abnormal.value, "True", reason, message, generation, now)
         else:
             remove_condition(conditions, abnormal.value)
+
+
+def summarize_status(
+    status: dict[str, Any],
+    summary: Summary,
+    reason: str,
+    message: str,
+    generation: int,
+    now: datetime,
+) -> None:
+    """summarize() on status.conditions (in place), and the generation they describe."""
+    summarize(conditions_in(status), summary, reason, message, generation, now)
+    status["observedGeneration"] = generation

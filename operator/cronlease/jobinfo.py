@@ -35,6 +35,7 @@ from cronlease.naming import (
     REQUEST_TRIGGERS,
     TRIGGER_MANUAL,
     TRIGGER_SCHEDULE,
+    TRIGGERS,
     attempt_job_name,
     parse_time,
 )
@@ -112,7 +113,7 @@ class JobInfo:
 # (design notes 103 and 105): the few triggers, the run named as its first attempt is, and the
 # namespace and owner's uid interned (sys.intern: one string for all that hold it, freed with
 # the last of them), as the model's keys are.
-_TRIGGERS = {trigger: trigger for trigger in (TRIGGER_SCHEDULE, TRIGGER_MANUAL, *REQUEST_TRIGGERS)}
+_TRIGGERS = {trigger: trigger for trigger in TRIGGERS}
 
 
 def _mapping(value: object) -> dict[str, Any]:

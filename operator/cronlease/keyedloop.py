@@ -193,7 +193,7 @@ class KeyedLoop(Generic[K, F]):
     async def _work(self, key: K) -> None:
         self._queued.discard(key)
         self._processing.add(key)
-        reconcile_id = str(uuid.uuid4())
+        reconcile_id = uuid.uuid4()  # as text only in a line that is logged
         with self._about(key, reconcile_id):
             acted = await self._guarded(key, self._reconcile(key))
             if isinstance(acted, Applied):
@@ -201,13 +201,13 @@ class KeyedLoop(Generic[K, F]):
             else:
                 self._writers.put((key, acted, reconcile_id))
 
-    async def _follow(self, item: tuple[K, F, str]) -> None:
+    async def _follow(self, item: tuple[K, F, uuid.UUID]) -> None:
         key, after, reconcile_id = item
         assert self._follow_up is not None, "a reconcile left a second stage to nobody"
         with self._about(key, reconcile_id):  # the same reconcile, in a writer's task
             self._done(key, await self._guarded(key, self._follow_up(after)))
 
-    def _about(self, key: K, reconcile_id: str) -> AbstractContextManager[None]:
+    def _about(self, key: K, reconcile_id: uuid.UUID) -> AbstractContextManager[None]:
         """The log fields of a reconcile (cronlease.logfields): this loop, the object of its
         key when the key is one ((namespace, name), as both controllers' are), and its ID."""
         if isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key):

@@ -225,11 +225,11 @@ class LeaseElector:
         self._loop_task = asyncio.current_task()
         while not self._stopped:
             began = self._clock()
+            self._poke.clear()  # before the round: a poke during it (a 409) means look again
             try:
                 await self.tick()
             except Exception as error:  # the elector must outlive any API trouble
                 log.warning("lease %s: %s", self.config.lease_name, error)
-            self._poke.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.next_round_in(began)):
                     await self._poke.wait()
@@ -340,15 +340,21 @@ class LeaseElector:
         lease["spec"] = spec
         if self._stopped:
             return  # shutting down: never take or renew the Lease now
+        if not await self._write(lease, token, started):
+            self._poke.set()  # somebody else wrote, or deleted it: look again at once
+
+    async def _write(self, lease: dict[str, Any], token: int, started: float) -> bool:
+        """Replace the Lease with `lease`, ours under `token`; False if it changed since we read
+        it (409) or went (404)."""
         try:
             written = await self.api.replace_lease(lease)
         except ApiError as error:
-            if error.status == 409:
-                self._poke.set()  # somebody else wrote: look again at once
-                return
+            if error.status in (404, 409):
+                return False
             raise
         self._won(token, started, written)
         metrics.lease_renewals.observe(self._clock() - started)
+        return True
 
     async def _renew_in_place(self, started: float) -> bool:
         """The leader's renewal in one round trip: the Lease as our last write returned it, with a
@@ -360,15 +366,7 @@ class LeaseElector:
         spec = dict(mine.get("spec") or {})
         spec.update(renewTime=_micro_time(datetime.now(UTC)))
         self._written = None  # until this write is known to have landed
-        try:
-            written = await self.api.replace_lease({**mine, "spec": spec})
-        except ApiError as error:
-            if error.status in (404, 409):
-                return False
-            raise
-        self._won(self._token, started, written)
-        metrics.lease_renewals.observe(self._clock() - started)
-        return True
+        return await self._write({**mine, "spec": spec}, self._token, started)
 
     async def _create(self, started: float) -> None:
         if self._stopped:
@@ -405,7 +403,7 @@ class LeaseElector:
     def _won(self, token: int, started: float, written: dict[str, Any]) -> None:
         newly = not self.is_leading() or token != self._token
         self._token, self._renewed_at = token, started
-        self._written = written if isinstance(written, dict) else None
+        self._written = written
         self._max_token = max(self._max_token, token)
         self._observed = None  # ours now: no expiry of somebody else's to wait for
         # Step down the moment the renew deadline passes without another renewal, not when

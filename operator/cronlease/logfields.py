@@ -3,8 +3,8 @@ reconcile it is part of, the run and slot, without a word of any log line's text
 
 One mechanism: a context variable holds the fields of the work in progress. The keyed loop binds
 the controller, the object of its key and a reconcile ID around each reconcile, the applier binds
-the run and slot around each creation, and a filter on the handler copies them onto every record
-logged meanwhile, whichever module logs it (asyncio tasks inherit them). kopf's own per-object
+the run and slot around each creation, and the JSON formatter writes them on every record logged
+meanwhile, whichever module logs it (asyncio tasks inherit them). kopf's own per-object
 records carry their object (`k8s_ref`), which becomes the same fields.
 
 `--log-format json` writes them with controller-runtime's names (its zap encoder's `ts`,
@@ -28,8 +28,6 @@ _FIELDS: ContextVar[Mapping[str, object]] = ContextVar(
     "cronlease_log_fields",
     default=MappingProxyType({}),
 )
-# The record attribute the filter sets (a name no caller's `extra` uses).
-ATTRIBUTE = "cronlease_fields"
 # The object fields, in the order a JSON line shows them.
 ORDER = ("controller", "namespace", "name", "reconcileID", "run", "slot")
 # zap's level names.
@@ -45,7 +43,6 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
     "asctime",
     "taskName",
-    ATTRIBUTE,
     # kopf's: its settings and whether it posts the record as an Event; its object is mapped.
     "settings",
     "k8s_skip",
@@ -67,21 +64,6 @@ def current() -> Mapping[str, object]:
     return _FIELDS.get()
 
 
-class ObjectFields(logging.Filter):
-    """Copies the bound fields onto each record as it is handled (in the logging call's own
-    context: handlers here run synchronously), kopf's object reference among them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        fields = dict(_FIELDS.get())
-        ref = getattr(record, "k8s_ref", None)
-        if isinstance(ref, dict):
-            for key in ("namespace", "name"):
-                if isinstance(ref.get(key), str):
-                    fields.setdefault(key, ref[key])
-        setattr(record, ATTRIBUTE, fields)
-        return True
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object a line, with controller-runtime's field names."""
 
@@ -92,10 +74,16 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        fields: Mapping[str, object] = getattr(record, ATTRIBUTE, None) or current()
+        # Formatted in the logging call's own context (handlers here run synchronously): the
+        # fields bound there, and kopf's object reference for its per-object records.
+        fields = dict(current())
+        ref = getattr(record, "k8s_ref", None)
+        if isinstance(ref, dict):
+            for key in ("namespace", "name"):
+                if isinstance(ref.get(key), str):
+                    fields.setdefault(key, ref[key])
         entry.update((key, fields[key]) for key in ORDER if key in fields)
         entry.update((k, v) for k, v in fields.items() if k not in entry)
-        ref = getattr(record, "k8s_ref", None)
         if isinstance(ref, dict):
             entry["object"] = ref  # kopf's: the object's apiVersion, kind and uid too
         entry.update((k, v) for k, v in vars(record).items() if k not in _STANDARD)
@@ -116,9 +104,6 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def install(handler: logging.Handler, json_lines: bool) -> None:
-    """The fields on `handler`'s records; JSON lines too if asked."""
-    if not any(isinstance(f, ObjectFields) for f in handler.filters):
-        handler.addFilter(ObjectFields())
-    if json_lines:
-        handler.setFormatter(JsonFormatter())
+def install(handler: logging.Handler) -> None:
+    """JSON lines with the fields on `handler`."""
+    handler.setFormatter(JsonFormatter())

@@ -22,6 +22,7 @@ import prometheus_client
 
 from cronlease import handlers, health, heaptrim, metrics, metricseries
 from cronlease.applier import Applier
+from cronlease.distribution import version
 from cronlease.electorthread import ThreadedElector
 from cronlease.fenceprobe import fencing_refusal
 from cronlease.jobinfo import job_info
@@ -29,7 +30,7 @@ from cronlease.kube import LIST_PAGE, KubeApi, connect, login
 from cronlease.leadership import ElectionConfig, Leadership, SoleLeader
 from cronlease.model import Key, Model
 from cronlease.modelwatch import JobWatch, ScheduledJobWatch
-from cronlease.options import configure_logging, parse_args, version
+from cronlease.options import configure_logging, parse_args
 from cronlease.runobject import run_info
 from cronlease.runstore import RunStore
 from cronlease.runwatch import RunWatch

@@ -18,12 +18,10 @@ from cronlease import metrics
 from cronlease.decision import SkipReason
 from cronlease.jobinfo import JobState
 from cronlease.modelwatch import WATCH_OPERATION
-from cronlease.naming import REQUEST_TRIGGERS, TRIGGER_MANUAL, TRIGGER_SCHEDULE
+from cronlease.naming import TRIGGERS
 from cronlease.supervision import Action, Escalation
 from cronlease.writer import Verb
 
-# What a Job, a Run or a retry is created for; jobinfo trusts a Job's trigger only if it is one.
-TRIGGERS = (TRIGGER_SCHEDULE, TRIGGER_MANUAL, *sorted(REQUEST_TRIGGERS))
 # job_results' trigger for a finished Job whose annotations cronlease cannot vouch for (not
 # written by its leader): its trigger annotation could say anything.
 UNTRUSTED_TRIGGER = ""

@@ -374,17 +374,29 @@ class Model:
         owner = self._out_of_sight.pop(key, None)
         stored = self._jobs.get(key)
         if stored is not None and stored.info.held:
-            info = dataclasses.replace(stored.info, held=False)
-            self._jobs[key] = dataclasses.replace(stored, info=info)
-            owned = self._jobs_by_owner.get(stored.owner_key) if stored.owner_key else None
-            if owned is not None and name in owned:
-                owned[name] = info
+            self._amend(key, stored, dataclasses.replace(stored.info, held=False))
             owner = owner or stored.owner
         entries = self._held.get(owner) if owner else None
         if owner and entries is not None:
             entries.pop(name, None)
             if not entries:
                 del self._held[owner]
+
+    def deleted(self, namespace: str, name: str, uid: str) -> None:
+        """The leader deleted the Job with `uid` (or found it gone): so the model says at once,
+        before the watch event, or a decision in between deletes it again. Its watch event
+        removes it (or, while our finalizer holds it, its copy with deletionTimestamp)."""
+        key = (namespace, name)
+        stored = self._jobs.get(key)
+        if stored is not None and stored.info.uid == uid and not stored.info.deleting:
+            self._amend(key, stored, dataclasses.replace(stored.info, deleting=True))
+
+    def _amend(self, key: Key, stored: StoredJob, info: JobInfo) -> None:
+        """The Job's record with `info` for what our own write changed, in every index."""
+        self._jobs[key] = dataclasses.replace(stored, info=info)
+        owned = self._jobs_by_owner.get(stored.owner_key) if stored.owner_key else None
+        if owned is not None and info.name in owned:
+            owned[info.name] = info
 
     def forget_unlisted_jobs(self, namespace: str, listed: set[Key], version: str) -> None:
         """After a full listing of `namespace` ("" for all) at resourceVersion `version`, whose

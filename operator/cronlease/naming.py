@@ -48,6 +48,8 @@ TRIGGER_MANUAL = "Manual"
 TRIGGER_REPLAY = "Replay"
 TRIGGER_BACKFILL = "Backfill"
 REQUEST_TRIGGERS = frozenset({TRIGGER_REPLAY, TRIGGER_BACKFILL})
+# Every trigger the operator writes: a Job's is trusted only if it is one of them.
+TRIGGERS = (TRIGGER_SCHEDULE, TRIGGER_MANUAL, *sorted(REQUEST_TRIGGERS))
 # Every Job's trigger as a label too (its annotation predates it), so that a selector finds them.
 LABEL_TRIGGER = f"{GROUP}/trigger"
 # A request's runs: the RunRequest's name (for selectors), its uid and the target's index (what

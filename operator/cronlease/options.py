@@ -8,12 +8,12 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 import kopf
 
 from cronlease import logfields
+from cronlease.distribution import version
 from cronlease.leadership import ElectionConfig
 
 # kopf takes a format string where it takes a LogFormat (its own text formats differ from ours).
@@ -21,14 +21,6 @@ LOG_FORMATS: dict[str, Any] = {
     "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
     "json": kopf.LogFormat.JSON,
 }
-
-
-def version() -> str:
-    """The installed distribution's version; a source tree run without installing has none."""
-    try:
-        return metadata.version("cronlease")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def go_bool(text: str) -> bool:
@@ -129,14 +121,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def configure_logging(log_format: str, verbose: bool) -> None:
-    """kopf's own handler, so kopf's records and ours come out of one handler in one format;
-    each record with the fields of the object it is about (cronlease.logfields), and in JSON
-    with controller-runtime's field names."""
+    """kopf's own handler, so kopf's records and ours come out of one handler in one format; in
+    JSON with controller-runtime's field names and the fields of the object each record is about
+    (cronlease.logfields)."""
     root = logging.getLogger()
     before = set(root.handlers)
     kopf.configure(verbose=verbose, log_format=LOG_FORMATS[log_format])
-    for handler in root.handlers:
-        if handler not in before:  # kopf's (it replaced its earlier one); not a test's capture
-            logfields.install(handler, json_lines=log_format == "json")
+    if log_format == "json":
+        for handler in root.handlers:
+            if handler not in before:  # kopf's (it replaced its earlier one); not a test's capture
+                logfields.install(handler)
     # kopf logs every handled event at INFO; at thousands of Jobs a minute that drowns the rest.
     logging.getLogger("kopf.objects").setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from cronlease.conditions import set_condition
+from cronlease.conditions import is_true, set_condition
 from cronlease.decision import EventRecord, EventType
 
 PAUSED = "Paused"
@@ -35,7 +35,7 @@ def update_pause(
     since the last decision, oldest first."""
     events: list[EventRecord] = []
     conditions = list(status.get("conditions") or [])
-    paused = any(c.get("type") == PAUSED and c.get("status") == "True" for c in conditions)
+    paused = is_true(conditions, PAUSED)
     streak = status.get("consecutiveFailures")
     failures = streak if isinstance(streak, int) and not isinstance(streak, bool) else 0
 

@@ -18,7 +18,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronlease import GROUP, RUN_KIND, VERSION
-from cronlease.conditions import Summary, set_condition, summarize
+from cronlease.conditions import (
+    Summary,
+    find_condition,
+    is_true,
+    remove_condition,
+    set_condition,
+    summarize,
+)
 from cronlease.decision import (
     EXPECTED_SKIPS,
     Decision,
@@ -168,14 +175,6 @@ def _earliest(*instants: datetime | None) -> datetime | None:
     return min((instant for instant in instants if instant is not None), default=None)
 
 
-def _condition_true(status: dict[str, Any], condition_type: str) -> bool:
-    conditions = status.get("conditions")
-    return isinstance(conditions, list) and any(
-        isinstance(c, dict) and c.get("type") == condition_type and c.get("status") == "True"
-        for c in conditions
-    )
-
-
 def _invalid(
     sj: ScheduledJobView,
     jobs: Sequence[JobInfo],
@@ -187,7 +186,7 @@ def _invalid(
     Jobs it created before are still released once recorded: that needs no valid spec."""
     status = dict(sj.status)
     conditions = list(status.get("conditions") or [])
-    previous = next((c for c in conditions if c.get("type") == "InvalidSpec"), None)
+    previous = find_condition(conditions, "InvalidSpec")
     set_condition(conditions, "InvalidSpec", "True", "InvalidSpec", message, sj.generation, now)
     # Stalled: nothing runs until the spec is edited (kstatus: Failed, not InProgress for ever).
     summarize(conditions, Summary.STALLED, "InvalidSpec", message, sj.generation, now)
@@ -555,9 +554,9 @@ def _buffered(status: dict[str, Any]) -> list[datetime]:
 def _halted(sj: ScheduledJobView, spec: Spec, paused: bool) -> SkipReason | None:
     """Why due slots are skipped rather than run, if they are: a suspension or a pause, now or
     until this decision (lifting either never runs the slots that came due meanwhile)."""
-    if spec.suspend or _condition_true(sj.status, "Suspended"):
+    if spec.suspend or is_true(sj.status.get("conditions"), "Suspended"):
         return SkipReason.SUSPENDED
-    if paused or _condition_true(sj.status, PAUSED):
+    if paused or is_true(sj.status.get("conditions"), PAUSED):
         return SkipReason.PAUSED
     return None
 
@@ -1001,11 +1000,11 @@ def _conditions(
                 "the one-off run is over; nothing more will run",
             )
     else:
-        conditions = [c for c in conditions if c.get("type") != "Completed"]
+        remove_condition(conditions, "Completed")
     summary = Summary.READY
     if spec.suspend and ready_reason != "Completed":
         ready_reason, ready_message = "Suspended", "spec.suspend is true: slots are skipped"
-    pause = next((c for c in conditions if c.get("type") == PAUSED), None)
+    pause = find_condition(conditions, PAUSED)
     if pause is not None and pause.get("status") == "True":
         # Paused after failed runs: it stays so until someone resumes it (kstatus: Failed).
         summary, ready_reason, ready_message = Summary.STALLED, PAUSED, str(pause["message"])

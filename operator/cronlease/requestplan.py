@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from cronlease.decision import (
@@ -598,9 +598,7 @@ def _fail(
     decision.events.append(EventRecord(EventType.WARNING, "RequestFailed", message, request.ref))
 
 
-def plan_waiting(
-    scheduled_job: str, requests: Sequence[RunRequestView], now: datetime | None = None
-) -> Decision:
+def plan_waiting(scheduled_job: str, requests: Sequence[RunRequestView], now: datetime) -> Decision:
     """The requests for a ScheduledJob that does not exist, or is being deleted. One not yet
     accepted is Pending, said once (status and a Warning Event), and accepted if the ScheduledJob
     comes (GitOps may apply them first); one that was running fails: its runs went with it."""
@@ -618,7 +616,7 @@ def plan_waiting(
         if request.status.get("message") == message:
             continue
         status = {**request.status, "phase": new_phase.value, "message": message}
-        summarize_request(status, request.generation, now or datetime.now(UTC))
+        summarize_request(status, request.generation, now)
         decision.requests.append(
             RequestStatus(request.ref, request.version, request.status, status)
         )

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cronlease import REQUEST_KIND
-from cronlease.conditions import Summary, summarize
+from cronlease.conditions import Summary, summarize_status
 from cronlease.decision import ObjectRef
 from cronlease.naming import format_time, parse_time, parse_time_strictly
 from cronlease.spec import RUN_AT_EARLIEST, RUN_AT_LATEST
@@ -281,13 +281,7 @@ def summarize_request(status: dict[str, Any], generation: int, now: datetime) ->
         summary, reason = Summary.STALLED, "Failed"
     else:
         summary, reason = Summary.RECONCILING, str(phase or RequestPhase.PENDING)
-    conditions = status.get("conditions")
-    if not isinstance(conditions, list):
-        conditions = []
-    conditions = [c for c in conditions if isinstance(c, dict)]
-    summarize(conditions, summary, reason, message, generation, now)
-    status["conditions"] = conditions
-    status["observedGeneration"] = generation
+    summarize_status(status, summary, reason, message, generation, now)
 
 
 def count(status: dict[str, Any], field: str) -> int:

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronlease.conditions import Summary, set_condition, summarize
+from cronlease.conditions import (
+    Summary,
+    conditions_in,
+    find_condition,
+    set_condition,
+    summarize_status,
+)
 from cronlease.jobinfo import NOT_RETRYABLE, JobState
 from cronlease.naming import format_time, parse_time
 from cronlease.spec import RetryPolicy, SpecError
@@ -244,21 +250,10 @@ def _summarize(status: dict[str, Any], generation: int, now: datetime) -> None:
     raw = status.get("phase")
     phase = RunPhase(raw) if raw in set(RunPhase) else RunPhase.RUNNING
     summary, message = _SUMMARIES[phase]
-    conditions = _conditions_of(status)
-    escalated = next(
-        (c for c in conditions if isinstance(c, dict) and c.get("type") == "Escalated"), None
-    )
+    escalated = find_condition(status.get("conditions"), "Escalated")
     if summary is Summary.STALLED and escalated is not None:
         message = str(escalated.get("message") or message)
-    summarize(conditions, summary, phase.value, message, generation, now)
-    status["observedGeneration"] = generation
-
-
-def _conditions_of(status: dict[str, Any]) -> list[dict[str, Any]]:
-    conditions = status.get("conditions")
-    if not isinstance(conditions, list):
-        conditions = status["conditions"] = []
-    return conditions
+    summarize_status(status, summary, phase.value, message, generation, now)
 
 
 def _end(plan: RunPlan, run: RunView, jobs: list[StepJob], now: datetime) -> None:
@@ -767,10 +762,7 @@ class _Supervisor:
         self._log("", 0, "Escalated", escalation.value, message, warning=True)
 
     def _conditions(self) -> list[dict[str, Any]]:
-        conditions = self.status.get("conditions")
-        if not isinstance(conditions, list):
-            conditions = self.status["conditions"] = []
-        return conditions
+        return conditions_in(self.status)
 
     # What the shell does after the status write
 

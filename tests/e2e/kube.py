@@ -1,5 +1,7 @@
 """The one support module of the e2e tests: kubectl with JSON, waiting on a condition with a
-deadline, building and reading ScheduledJobs and their Jobs, and replicas and their Lease."""
+deadline, building and reading ScheduledJobs and their Jobs, accounts bound to roles and the
+verdicts on what they write (the fence's and the heartbeat policies'), and replicas and their
+Lease."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 
 from devcluster.cluster import kwok_pod_template as pod_template
 from devcluster.install import token_kubeconfig
-from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, OperatorProcess
+from devcluster.replica import ELECTION, LEASE, OPERATOR_NAMESPACE, RELEASE, OperatorProcess
 
 T = TypeVar("T")
 
@@ -64,8 +66,10 @@ class Kube:
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json").stdout)
 
-    def apply(self, manifest: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
-        return self.run("apply", "-f", "-", *extra, stdin=json.dumps(manifest))
+    def apply(
+        self, manifest: dict[str, Any], *extra: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", *extra, stdin=json.dumps(manifest), check=check)
 
     def create(
         self, manifest: dict[str, Any], check: bool = True
@@ -250,6 +254,102 @@ def wait_until(instant: datetime) -> None:
     remaining = (instant - datetime.now(UTC)).total_seconds()
     if remaining > 0:
         time.sleep(remaining)
+
+
+# --- accounts, their rights, and what the fence and the heartbeat policies make of their writes -
+
+# The release's ServiceAccount, as the API server names it: the one writer the fence trusts.
+OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
+# The chart's heartbeat role as a service_account() binding: (kind, name, a permission it grants
+# that no other role of the tests does).
+HEARTBEAT_ROLE = ("ClusterRole", "cronlease-heartbeat", "patch leases")
+
+
+def can(who: Kube, namespace: str, verb: str, resource: str, *flags: str) -> bool:
+    """`kubectl auth can-i` as `who`: whether RBAC grants it `verb` on `resource` now."""
+    answer = who.run("auth", "can-i", verb, resource, *flags, "-n", namespace, check=False)
+    return answer.stdout.strip() == "yes"
+
+
+def service_account(kube: Kube, namespace: str, name: str, *bindings: tuple[str, str, str]) -> Kube:
+    """kubectl as a new ServiceAccount (a token not bound to a pod), bound in `namespace` to each
+    (kind, role, permission) of `bindings`. The authorizer learns of a binding from its watch, a
+    moment after the create: each binding's permission ("verb resource", one that role grants)
+    is polled for with `auth can-i` before the account is used."""
+    kube.run("create", "serviceaccount", name, "-n", namespace)
+    for kind, role, _ in bindings:
+        kube.run(
+            "create", "rolebinding", f"{name}-{role}", f"--{kind.lower()}={role}",
+            f"--serviceaccount={namespace}:{name}", "-n", namespace,
+        )  # fmt: skip
+    account = kube.as_token(kube.run("create", "token", name, "-n", namespace).stdout.strip())
+    for kind, role, permission in bindings:
+        verb, resource = permission.split()
+        wait_for(
+            lambda verb=verb, resource=resource: can(account, namespace, verb, resource),
+            10,
+            f"{name}'s {kind} {role} to grant {permission}",
+        )
+    return account
+
+
+def as_pod(kube: Kube, namespace: str, name: str, account: str = "stepper") -> Kube:
+    """kubectl with a token bound to a pod named `name` (made here, of `account`, which holds the
+    heartbeat role): what the API server sees of a step's heartbeat sidecar."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+    pod["spec"] = {**pod_template("600s")["spec"], "serviceAccountName": account}
+    made = json.loads(kube.run("create", "-f", "-", "-o", "json", stdin=json.dumps(pod)).stdout)
+    token = kube.run(
+        "create", "token", account, "-n", namespace, "--bound-object-kind=Pod",
+        f"--bound-object-name={name}", f"--bound-object-uid={made['metadata']['uid']}",
+    ).stdout.strip()  # fmt: skip
+    return kube.as_token(token)
+
+
+def step_lease(namespace: str, name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A step attempt's heartbeat Lease, named as its Job, as the operator makes it."""
+    labels = {
+        "cronlease.io/run": "close-1",
+        "cronlease.io/step": "post",
+        "cronlease.io/attempt": "1",
+    }
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 30},
+    }
+
+
+def renewal() -> str:
+    """A heartbeat's merge patch: spec.renewTime, now."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return json.dumps({"spec": {"renewTime": now}})
+
+
+def lease_call(
+    who: Kube, namespace: str, verb: str, name: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl <verb> lease <name> <args>` in `namespace` as `who`, refused or not (for
+    verdict())."""
+    return who.run(verb, "lease", name, *args, "-n", namespace, check=False)
+
+
+def verdict(result: subprocess.CompletedProcess[str]) -> str:
+    """admitted, fenced (refused by cronlease's fence or its heartbeat policy), or the error the
+    call met otherwise."""
+    if result.returncode == 0:
+        return "admitted"
+    fenced = "cronlease fencing:" in result.stderr or "cronlease heartbeat:" in result.stderr
+    return "fenced" if fenced else result.stderr.strip()
+
+
+def verdicts(outcomes: dict[str, subprocess.CompletedProcess[str]]) -> dict[str, str]:
+    """Compared whole, so that a failure shows every case at once."""
+    return {case: verdict(result) for case, result in outcomes.items()}
 
 
 # --- replicas and the Lease --------------------------------------------------------------------

@@ -17,16 +17,19 @@ import pytest
 
 from devcluster.cluster import bin_dir
 from devcluster.replica import OperatorProcess
-from kube import Kube, condition, pod_template, scheduledjob, wait_for
+from kube import Kube, condition, scheduledjob, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def kstatus() -> Path:
-    """hack/kstatus, built at the sigs.k8s.io/cli-utils version its go.mod pins (cached)."""
-    subprocess.run(["bash", str(REPO / "hack" / "kstatus" / "build.sh")], check=True)
-    return bin_dir() / "kstatus"
+    """hack/kstatus, built at the sigs.k8s.io/cli-utils version its go.mod pins (`make e2e`
+    builds it first)."""
+    binary = bin_dir() / "kstatus"
+    if not binary.exists():
+        pytest.fail(f"{binary} is not built: `make kstatus` builds it")
+    return binary
 
 
 def reader(kube: Kube, tool: Path, namespace: str) -> Callable[[str, str], dict[str, Any]]:
@@ -130,7 +133,7 @@ def test_kubectl_explain_knows_the_pod_template_as_it_knows_cronjobs(kube: Kube,
 
 
 def refused(kube: Kube, manifest: dict[str, Any]) -> str:
-    result = kube.run("apply", "-f", "-", stdin=json.dumps(manifest), check=False)
+    result = kube.apply(manifest, check=False)
     assert result.returncode != 0, f"accepted: {result.stdout}"
     return result.stderr
 
@@ -152,15 +155,8 @@ def test_a_wrong_field_in_the_pod_template_is_refused_at_apply_naming_it(
     assert "spec.jobTemplate.spec.template.spec.containers[0].resources.limits.memory" in (
         refused(kube, quantity)
     )
-    step = {
-        "apiVersion": "cronlease.io/v1alpha1",
-        "kind": "ScheduledJob",
-        "metadata": {"name": "step-typo", "namespace": namespace},
-        "spec": {
-            "schedule": "0 3 * * *",
-            "steps": [{"name": "a", "jobTemplate": {"spec": {"template": pod_template()}}}],
-        },
-    }
+    step = scheduledjob("step-typo", namespace, schedule="0 3 * * *")
+    step["spec"]["steps"] = [{"name": "a", "jobTemplate": step["spec"].pop("jobTemplate")}]
     step["spec"]["steps"][0]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicyy"] = "x"
     assert 'unknown field "spec.steps[0].jobTemplate.spec.template.spec.restartPolicyy"' in (
         refused(kube, step)

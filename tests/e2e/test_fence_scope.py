@@ -22,19 +22,28 @@ from typing import Any
 import pytest
 
 from devcluster.install import install_chart, service_account_kubeconfig, uninstall_chart
-from devcluster.replica import OPERATOR_NAMESPACE, RELEASE, OperatorProcess
+from devcluster.replica import OperatorProcess
 from kube import (
+    HEARTBEAT_ROLE,
     LABEL,
+    OPERATOR,
     Kube,
+    as_pod,
+    can,
     condition,
     jobs_of,
+    lease_call,
     pod_template,
+    renewal,
     scheduledjob,
+    service_account,
     status_of,
+    step_lease,
+    verdict,
+    verdicts,
     wait_for,
 )
 
-OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
 FINALIZER = "cronlease.io/slot-record"
 # The second release: its own name (so its own cluster-scoped objects), namespace and Lease.
 OTHER_RELEASE, OTHER_NAMESPACE = "cronlease-b", "cronlease-b-system"
@@ -81,20 +90,6 @@ def assert_refused(result: subprocess.CompletedProcess[str], who: str) -> None:
     assert who in result.stderr, result.stderr
 
 
-def verdict(result: subprocess.CompletedProcess[str]) -> str:
-    """admitted, fenced (refused by cronlease's fence or its heartbeat policy), or the error the
-    call met otherwise."""
-    if result.returncode == 0:
-        return "admitted"
-    fenced = "cronlease fencing:" in result.stderr or "cronlease heartbeat:" in result.stderr
-    return "fenced" if fenced else result.stderr.strip()
-
-
-def verdicts(outcomes: dict[str, subprocess.CompletedProcess[str]]) -> dict[str, str]:
-    """Compared whole, so that a failure shows every case at once."""
-    return {case: verdict(result) for case, result in outcomes.items()}
-
-
 @pytest.fixture
 def tenant(kube: Kube, namespace: str) -> Kube:
     """A user bound to the built-in `edit` ClusterRole in the test's namespace, and nothing else."""
@@ -104,12 +99,7 @@ def tenant(kube: Kube, namespace: str) -> Kube:
         "-n", namespace,
     )  # fmt: skip
     as_tenant = kube.as_user(user)
-    wait_for(
-        lambda: as_tenant.run("auth", "can-i", "create", "jobs", "-n", namespace, check=False)
-        .stdout.strip() == "yes",
-        10,
-        "the tenant's edit rights",
-    )  # fmt: skip
+    wait_for(lambda: can(as_tenant, namespace, "create", "jobs"), 10, "the tenant's edit rights")
     return as_tenant
 
 
@@ -367,11 +357,10 @@ def status_writer(kube: Kube, namespace: str) -> Kube:
              "-n", namespace)  # fmt: skip
     as_writer = kube.as_user(user)
     wait_for(
-        lambda: as_writer.run("auth", "can-i", "patch", "jobs", "--subresource=status",
-                              "-n", namespace, check=False).stdout.strip() == "yes",
+        lambda: can(as_writer, namespace, "patch", "jobs", "--subresource=status"),
         10,
         "the writer's rights",
-    )  # fmt: skip
+    )
     return as_writer
 
 
@@ -500,52 +489,12 @@ def test_a_run_is_neither_relabelled_nor_reowned(
 # Step heartbeat Leases (issue 33, finding 12)
 
 
-def step_lease(namespace: str, name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A step attempt's heartbeat Lease, named as its Job, as the operator makes it."""
-    labels = {
-        "cronlease.io/run": "close-1",
-        "cronlease.io/step": "post",
-        "cronlease.io/attempt": "1",
-    }
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
-    if owner:
-        metadata["ownerReferences"] = [owner]
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": metadata,
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": 30},
-    }
-
-
-def renewal() -> str:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return json.dumps({"spec": {"renewTime": now}})
-
-
-def as_pod(kube: Kube, namespace: str, name: str) -> Kube:
-    """kubectl with a token bound to a pod named `name` (made here, of the stepper account, which
-    holds the heartbeat role): what the API server sees of a step's heartbeat sidecar."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
-    pod["spec"] = {**pod_template("600s")["spec"], "serviceAccountName": "stepper"}
-    made = json.loads(kube.run("create", "-f", "-", "-o", "json", stdin=json.dumps(pod)).stdout)
-    token = kube.run(
-        "create", "token", "stepper", "-n", namespace, "--bound-object-kind=Pod",
-        f"--bound-object-name={name}", f"--bound-object-uid={made['metadata']['uid']}",
-    ).stdout.strip()  # fmt: skip
-    return kube.as_token(token)
-
-
 def test_only_a_pod_of_the_leases_own_job_renews_it(kube: Kube, namespace: str, crd: str) -> None:
     """The pod of a step's Job is named as the Job (= its Lease), a dash, and the five characters
     the API server generates (an Indexed Job's: its index and a dash between); the name is cut to
     58 characters before those five, an Indexed Job's keeping its index. The pod of a Job whose
     name merely begins with the Lease's (a user's `<lease>-abc`) renews nothing."""
-    kube.run("create", "serviceaccount", "stepper", "-n", namespace)
-    kube.run(
-        "create", "rolebinding", "stepper-heartbeat", "--clusterrole=cronlease-heartbeat",
-        f"--serviceaccount={namespace}:stepper", "-n", namespace,
-    )  # fmt: skip
+    service_account(kube, namespace, "stepper", HEARTBEAT_ROLE)  # the pods' account
     short, long = "close-s0a1b2c3d4", "a" * 46 + "-s0a1b2c3d4"  # the longest a step Job's name is
     as_operator = kube.as_user(OPERATOR)
     for name in (short, long):
@@ -563,16 +512,15 @@ def test_only_a_pod_of_the_leases_own_job_renews_it(kube: Kube, namespace: str, 
         "an Indexed pod not cut": (long, f"{long}-0-x7k2p"),
     }
     outcomes = {
-        case: as_pod(kube, namespace, pod).run(
-            "patch", "lease", lease, "-n", namespace, "--type=merge", "-p", renewal(), check=False
+        case: lease_call(
+            as_pod(kube, namespace, pod), namespace, "patch", lease, "--type=merge", "-p", renewal()
         )
         for case, (lease, pod) in pods.items()
     }
     own = as_pod(kube, namespace, f"{short}-b4c5d")
-    outcomes["its pod takes the Lease"] = own.run(
-        "patch", "lease", short, "-n", namespace, "--type=merge",
-        "-p", '{"spec":{"holderIdentity":"me"}}', check=False,
-    )  # fmt: skip
+    outcomes["its pod takes the Lease"] = lease_call(
+        own, namespace, "patch", short, "--type=merge", "-p", '{"spec":{"holderIdentity":"me"}}'
+    )
     assert verdicts(outcomes) == {
         "its pod": "admitted",
         "its Indexed pod": "admitted",
@@ -607,24 +555,26 @@ def test_a_tenant_neither_makes_nor_renews_a_step_lease(
     as_operator.create(step_lease(namespace, "close-s0a1b2c3d4", owner))
     as_operator.create(step_lease(namespace, "close-s1a1b2c3d4"))
 
-    def lease(*args: str, name: str = "close-s0a1b2c3d4") -> subprocess.CompletedProcess[str]:
-        return tenant.run(*args[:1], "lease", name, *args[1:], "-n", namespace, check=False)
+    def lease(verb: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return lease_call(tenant, namespace, verb, "close-s0a1b2c3d4", *args)
 
     squat = step_lease(namespace, "close-s2a1b2c3d4")
     squat["metadata"]["labels"] = {}
     outcomes = {
         "make one": tenant.create(step_lease(namespace, "close-s3a1b2c3d4"), check=False),
         "make one unlabelled": tenant.create(squat, check=False),
-        "label it": lease("label", "cronlease.io/step=post", name="close-s2a1b2c3d4"),
+        "label it": lease_call(
+            tenant, namespace, "label", "close-s2a1b2c3d4", "cronlease.io/step=post"
+        ),
         "renew one": lease("patch", "--type=merge", "-p", renewal()),
         "take one": lease("patch", "--type=merge", "-p", '{"spec":{"holderIdentity":"me"}}'),
         "unlabel one": lease("label", "cronlease.io/step-"),
         "annotate one": lease("annotate", "example.com/x=y"),
-        "delete one": lease(
-            "delete", "--cascade=foreground", "--wait=false", name="close-s1a1b2c3d4"
+        "delete one": lease_call(
+            tenant, namespace, "delete", "close-s1a1b2c3d4", "--cascade=foreground", "--wait=false"
         ),
-        "the operator deletes the unlabelled one": as_operator.run(
-            "delete", "lease", "close-s2a1b2c3d4", "-n", namespace, check=False
+        "the operator deletes the unlabelled one": lease_call(
+            as_operator, namespace, "delete", "close-s2a1b2c3d4"
         ),
     }
     assert verdicts(outcomes) == {

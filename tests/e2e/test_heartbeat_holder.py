@@ -12,36 +12,35 @@ from __future__ import annotations
 import json
 import subprocess
 
-from test_fence_scope import OPERATOR, as_pod, renewal, step_lease, verdicts
-
-from kube import Kube
+from kube import (
+    HEARTBEAT_ROLE,
+    OPERATOR,
+    Kube,
+    as_pod,
+    can,
+    lease_call,
+    renewal,
+    service_account,
+    step_lease,
+    verdicts,
+)
 
 STEP = "close-s0a1b2c3d4"
-
-
-def account(kube: Kube, namespace: str, name: str, *roles: tuple[str, str]) -> Kube:
-    """kubectl as a ServiceAccount (a token not bound to a pod) bound to (kind, name) roles."""
-    kube.run("create", "serviceaccount", name, "-n", namespace)
-    for kind, role in roles:
-        kube.run(
-            "create", "rolebinding", f"{name}-{role}", f"--{kind.lower()}={role}",
-            f"--serviceaccount={namespace}:{name}", "-n", namespace,
-        )  # fmt: skip
-    return kube.as_token(kube.run("create", "token", name, "-n", namespace).stdout.strip())
 
 
 def test_a_holder_of_the_heartbeat_role_writes_no_lease_but_a_steps(
     kube: Kube, namespace: str, crd: str
 ) -> None:
-    heartbeat = ("ClusterRole", "cronlease-heartbeat")
-    stepper = account(kube, namespace, "stepper", heartbeat)
+    stepper = service_account(kube, namespace, "stepper", HEARTBEAT_ROLE)
     kube.run(
         "create", "role", "leases", "--verb=get,update,patch", "--resource=leases",
         "-n", namespace,
     )  # fmt: skip
     kube.run("create", "role", "everything", "--verb=*", "--resource=*.*", "-n", namespace)
-    elector = account(kube, namespace, "elector", ("Role", "leases"))
-    almighty = account(kube, namespace, "almighty", heartbeat, ("Role", "everything"))
+    elector = service_account(kube, namespace, "elector", ("Role", "leases", "update leases"))
+    almighty = service_account(
+        kube, namespace, "almighty", HEARTBEAT_ROLE, ("Role", "everything", "delete pods")
+    )
     kube.as_user(OPERATOR).create(step_lease(namespace, STEP))
     other = {
         "apiVersion": "coordination.k8s.io/v1",
@@ -54,9 +53,7 @@ def test_a_holder_of_the_heartbeat_role_writes_no_lease_but_a_steps(
     take = json.dumps({"spec": {"holderIdentity": "forged"}})
 
     def patch(who: Kube, lease: str, body: str) -> subprocess.CompletedProcess[str]:
-        return who.run(
-            "patch", "lease", lease, "-n", namespace, "--type=merge", "-p", body, check=False
-        )
+        return lease_call(who, namespace, "patch", lease, "--type=merge", "-p", body)
 
     outcomes = {
         "its pod renews the step's Lease": patch(pod, STEP, renewal()),
@@ -65,8 +62,8 @@ def test_a_holder_of_the_heartbeat_role_writes_no_lease_but_a_steps(
         "the account, no pod, takes another Lease": patch(stepper, "app-leader", take),
         "an elector without the role takes it": patch(elector, "app-leader", take),
         "a holder of every verb takes it": patch(almighty, "app-leader", take),
-        "a holder of every verb deletes it": almighty.run(
-            "delete", "lease", "app-leader", "-n", namespace, check=False
+        "a holder of every verb deletes it": lease_call(
+            almighty, namespace, "delete", "app-leader"
         ),
     }
     assert verdicts(outcomes) == {
@@ -83,6 +80,8 @@ def test_a_holder_of_the_heartbeat_role_writes_no_lease_but_a_steps(
     assert "may not UPDATE Lease app-leader" in refused, refused
     # RBAC: the role renews (and reads, as kubectl patch does first), and makes, replaces,
     # deletes or lists nothing.
+    assert can(stepper, namespace, "patch", "leases")
+    assert can(stepper, namespace, "get", "leases")
     for verb in ("update", "create", "delete", "list"):
         allowed = stepper.run("auth", "can-i", verb, "leases", "-n", namespace, check=False)
-        assert allowed.stdout.strip() == "no", (verb, allowed.stdout)
+        assert allowed.stdout.strip() == "no", (verb, allowed.stdout, allowed.stderr)

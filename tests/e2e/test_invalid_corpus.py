@@ -17,8 +17,6 @@ valid neighbour keeps running and the operator survives.
 from __future__ import annotations
 
 import copy
-import json
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ import pytest
 import yaml
 
 from devcluster.replica import OperatorProcess
-from kube import LABEL, Kube, condition, events_of, pod_template, wait_for
+from kube import Kube, condition, events_of, jobs_of, scheduledjob, wait_for
 
 CORPUS = Path(__file__).with_name("invalid")
 REJECTED, INVALID_SPEC = "rejected", "invalid-spec"
@@ -98,10 +96,6 @@ def cases(outcome: str) -> list[Any]:
     ]
 
 
-def apply(kube: Kube, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return kube.run("apply", "-f", "-", stdin=json.dumps(manifest), check=False)
-
-
 def invalid_spec_condition(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
     """The InvalidSpec condition of the object if it is True, else None."""
     obj = kube.get("scheduledjob", name, namespace) or {}
@@ -113,10 +107,6 @@ def invalid_spec_condition(kube: Kube, namespace: str, name: str) -> dict[str, A
 
 def invalid_spec_events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
     return [event for event in events_of(kube, namespace, name) if event["reason"] == "InvalidSpec"]
-
-
-def jobs_of(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
-    return kube.items("jobs", namespace, f"{LABEL}={name}")
 
 
 def assert_reported_once(kube: Kube, namespace: str, case: Case) -> None:
@@ -145,7 +135,7 @@ def test_the_corpus_is_well_formed() -> None:
 
 @pytest.mark.parametrize("case", cases(REJECTED))
 def test_rejected_at_apply(kube: Kube, namespace: str, crd: str, case: Case) -> None:
-    result = apply(kube, case.in_namespace(namespace))
+    result = kube.apply(case.in_namespace(namespace), check=False)
     assert result.returncode != 0, f"accepted: {result.stdout.strip()}"
     assert case.substring in result.stderr, result.stderr
     assert kube.items("scheduledjobs", namespace) == []
@@ -155,7 +145,7 @@ def test_rejected_at_apply(kube: Kube, namespace: str, crd: str, case: Case) -> 
 def test_accepted_and_reported_as_invalid_spec(
     kube: Kube, namespace: str, operator: OperatorProcess, case: Case
 ) -> None:
-    result = apply(kube, case.in_namespace(namespace))
+    result = kube.apply(case.in_namespace(namespace), check=False)
     assert result.returncode == 0, result.stderr
     wait_for(
         lambda: invalid_spec_condition(kube, namespace, case.name),
@@ -177,7 +167,7 @@ def test_invalid_objects_do_not_disturb_a_valid_neighbour(
 ) -> None:
     accepted = [case for case in CASES if case.outcome == INVALID_SPEC]
     for case in accepted:
-        result = apply(kube, case.in_namespace(namespace))
+        result = kube.apply(case.in_namespace(namespace), check=False)
         assert result.returncode == 0, f"{case.file}: {result.stderr}"
     reportable = [case for case in accepted if case.bug is None]
     wait_for(
@@ -185,17 +175,11 @@ def test_invalid_objects_do_not_disturb_a_valid_neighbour(
         REPORT_DEADLINE,
         "every accepted-but-invalid object to be marked InvalidSpec",
     )
-    valid = {
-        "apiVersion": "cronlease.io/v1alpha1",
-        "kind": "ScheduledJob",
-        "metadata": {"name": "valid-neighbour", "namespace": namespace},
-        "spec": {
-            "schedule": "*/2 * * * * *",
-            "successfulJobsHistoryLimit": 10,
-            "jobTemplate": {"spec": {"backoffLimit": 0, "template": pod_template()}},
-        },
-    }
-    kube.apply(valid)
+    kube.apply(
+        scheduledjob(
+            "valid-neighbour", namespace, schedule="*/2 * * * * *", successfulJobsHistoryLimit=10
+        )
+    )
     wait_for(
         lambda: len(jobs_of(kube, namespace, "valid-neighbour")) >= 2,
         15,

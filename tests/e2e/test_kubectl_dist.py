@@ -4,8 +4,9 @@ the operator's runtime and completes `kubectl cronlease <TAB>` through kubectl i
 archive (`make krew`) matches its manifest's sha256 and runs from where krew unpacks it, with no
 package installed at all.
 
-In tests/e2e for its cost (a wheel build, a venv, the dependencies fetched once), not for a
-cluster: it starts none."""
+In tests/e2e for its cost (a wheel build, a venv), not for a cluster: it starts none. Offline
+after the first run: the build uses the dev environment's setuptools, and the dependencies'
+wheels are fetched once into the repository's cache (WHEELS, shared with `make plugin-dist`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = REPO / ".venv" / "bin" / "kubectl"
+WHEELS = REPO / ".cache" / "plugin-dist" / "wheels"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 COMMANDS = ["run-now", "next", "history", "suspend", "resume", "backfill", "replay"]
 COMMANDS += ["dead-letters", "audit", "adopt", "leader"]
@@ -41,7 +43,8 @@ def run(*argv: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("plugin-dist")
-    built = run(sys.executable, REPO / "hack" / "plugin_dist.py", "wheel", "--out", out)
+    build = [sys.executable, REPO / "hack" / "plugin_dist.py", "wheel", "--out", out]
+    built = run(*build, "--wheels", WHEELS)
     assert built.returncode == 0, built.stderr
     return out
 
@@ -55,9 +58,9 @@ def venv(dist: Path) -> Path:
         env / "bin" / "pip",
         "install",
         "--quiet",
-        "--no-index",  # offline: the wheels fetched beside it, nothing else
+        "--no-index",  # offline: the wheels fetched for it, nothing else
         "--find-links",
-        dist / "wheels",
+        WHEELS,
         wheel,
     )
     assert installed.returncode == 0, installed.stderr
@@ -104,6 +107,8 @@ def test_the_krew_archive_is_its_manifest_s_and_runs_unpacked(dist: Path, venv: 
         "krew",
         "--out",
         dist,
+        "--wheels",
+        WHEELS,
         "--url-base",
         "https://releases.invalid/v" + VERSION,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import urllib.request
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +106,15 @@ def test_a_standby_exports_every_series_at_zero_and_counts_no_results(
 ) -> None:
     """A standby serves every labelled counter's series from its start (so that increase() sees
     its first event once it leads), and counts no finished Job: the leader's count is the
-    cluster's, and a sum over replicas counts each Job once."""
+    cluster's, and a sum over replicas counts each Job once. The standby watches the test's
+    namespace only, so that what its model holds is this test's."""
     wait_for(lambda: value(operator.metrics(), "cronlease_leader") == 1, 15, "the operator to lead")
     standby = OperatorProcess(operator_kubeconfig, tmp_path, "standby")
-    standby.start()
+    standby.start(f"--namespace={namespace}")
     try:
         exposition = standby.metrics()
         assert value(exposition, "cronlease_leader") == 0
+        assert value(exposition, "cronlease_dead_letters") == 0
         for counter, label_values in metricseries.label_values().items():
             for labels in label_values:
                 named = dict(zip(counter._labelnames, labels, strict=True))
@@ -126,6 +128,20 @@ def test_a_standby_exports_every_series_at_zero_and_counts_no_results(
             lambda: (value(operator.metrics(), **SUCCEEDED) or 0) >= before + 2,
             30,
             "the leader to count two finished runs",
+        )
+        # Before judging the standby, a sign from it that its model has seen those Jobs finish:
+        # a run that fails now (one attempt) is labelled a dead letter by the leader once it has
+        # failed, later than those runs ended, and the standby's one Job watch delivers events in
+        # that order; once its dead_letters gauge counts that Job, it has seen them finish.
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        doomed = scheduledjob(
+            "doomed", namespace, result="Failed", runAt=now, retry={"maxAttempts": 1}
+        )
+        kube.apply(doomed)
+        wait_for(
+            lambda: value(standby.metrics(), "cronlease_dead_letters") == 1,
+            30,
+            "the standby to see the failed run's Job labelled a dead letter",
         )
         counted = [
             s.value for s in samples(standby.metrics()) if s.name == "cronlease_job_results_total"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -202,7 +201,7 @@ def test_bad_requests_are_refused_at_apply_or_fail_with_one_event(
     assert jobs_of(kube, namespace, "daily") == []
     # Its spec is immutable: a change is refused, naming why.
     changed = run_request("ghost", namespace, "daily", replay={"runs": ["daily-456"]})
-    result = kube.run("apply", "-f", "-", stdin=json.dumps(changed), check=False)
+    result = kube.apply(changed, check=False)
     assert "spec is immutable" in result.stderr
 
 

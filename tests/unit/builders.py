@@ -1,4 +1,6 @@
-"""Builders for the inputs of cronlease.reconcile.decide(): a ScheduledJobView and its JobInfos.
+"""Builders for the inputs of cronlease.reconcile.decide(): a ScheduledJobView and its JobInfos,
+and a World that chains decisions as the shell applies them; and for those of
+cronlease.supervision.supervise(): a RunView and its StepJobs.
 
 Everything takes fixed, aware UTC datetimes; nothing here reads the clock.
 """
@@ -10,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronlease.decision import Decision, RequestTarget, ScheduledJobView
+from cronlease.decision import Decision, DeletionReason, RequestTarget, ScheduledJobView
 from cronlease.jobinfo import JobInfo, JobState
 from cronlease.naming import (
     ANNOTATION_RUN_NOW,
@@ -18,7 +20,10 @@ from cronlease.naming import (
     format_time,
     scheduled_job_name,
 )
+from cronlease.reconcile import decide
 from cronlease.spec import parse_spec
+from cronlease.steps import OnFailure, Step, Steps, snapshot
+from cronlease.supervision import Action, RunView, StepJob
 
 NAME = "backup"
 NAMESPACE = "team-a"
@@ -223,6 +228,41 @@ def after_apply(
     )
 
 
+class World:
+    """A ScheduledJob (every slot up to 08:00 of CREATED's day handled) and its Jobs, decided at
+    the instants the test names and applied as the shell applies a decision: status written,
+    Jobs created and deleted, a Job cancelled by CancelOther kept (deleting) until gone(). The
+    test finishes Jobs between decisions."""
+
+    def __init__(self, raw: dict[str, Any], jobs: Sequence[JobInfo] = ()) -> None:
+        self.sj: ScheduledJobView = view(raw, status=processed(raw, utc(2026, 1, 5, 8)))
+        self.jobs: list[JobInfo] = list(jobs)
+
+    def decide(self, now: datetime) -> Decision:
+        decision = decide(self.sj, self.jobs, now)
+        cancelled = {d.uid for d in decision.deletions if d.reason is DeletionReason.CANCEL_OTHER}
+        lingering = [dataclasses.replace(j, deleting=True) for j in self.jobs if j.uid in cancelled]
+        self.sj, self.jobs = after_apply(self.sj, self.jobs, decision)
+        self.jobs += lingering  # a foreground deletion: the Job stays until its pods are gone
+        return decision
+
+    def finish(self, state: JobState, at: datetime, slot: datetime | None = None) -> None:
+        """Every unfinished Job (or only `slot`'s) ends in `state` at `at`."""
+        self.jobs = [
+            dataclasses.replace(job, state=state, finished_at=at)
+            if not job.finished and slot in (None, job.slot)
+            else job
+            for job in self.jobs
+        ]
+
+    def gone(self) -> None:
+        """The Jobs being deleted are gone."""
+        self.jobs = [job for job in self.jobs if not job.deleting]
+
+    def annotate(self, key: str, value: str) -> None:
+        self.sj = dataclasses.replace(self.sj, annotations={**self.sj.annotations, key: value})
+
+
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     matches: list[dict[str, Any]] = [
         c for c in status.get("conditions") or [] if c.get("type") == kind
@@ -246,3 +286,46 @@ def event_reasons(decision: Decision) -> list[str]:
 def names(items: Iterable[Any]) -> list[str]:
     """The job_name of each PlannedRun / PlannedDeletion, in order."""
     return [item.job_name for item in items]
+
+
+# --- multi-step Runs (cronlease.supervision) ------------------------------------------------------
+
+# When the builders' Runs run: a finished StepJob ends then unless told otherwise.
+RUN_START = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+STEP_TEMPLATE = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+ONE_STEP = Steps((Step("only", STEP_TEMPLATE),), OnFailure.STOP)
+
+
+def run_view(
+    steps: Steps = ONE_STEP,
+    status: dict[str, Any] | None = None,
+    deleting: bool = False,
+    *,
+    generation: int = 1,
+) -> RunView:
+    """The Run close-1 of namespace bank, its spec a snapshot of `steps`."""
+    return RunView(
+        "close-1", "bank", "run-uid", snapshot(steps), status or {}, deleting, generation
+    )
+
+
+def step_job(
+    step: str = "only",
+    attempt: int = 1,
+    state: JobState = JobState.ACTIVE,
+    action: Action = Action.RUN,
+    **fields: Any,
+) -> StepJob:
+    """A Job of the builders' Run for `step`, named `<step>-<action>-<attempt>`; a finished one
+    ended at RUN_START unless `finished_at` says otherwise."""
+    return StepJob(
+        name=f"{step}-{action.value}-{attempt}",
+        uid=f"uid-{step}-{action.value}-{attempt}",
+        run_uid=fields.pop("run_uid", "run-uid"),
+        step=step,
+        action=action,
+        attempt=attempt,
+        state=state,
+        finished_at=fields.pop("finished_at", RUN_START if state is not JobState.ACTIVE else None),
+        **fields,
+    )

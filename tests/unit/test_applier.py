@@ -319,3 +319,18 @@ async def test_a_reconcile_waiting_for_an_acting_slot_reads_its_object_only_once
     assert outcomes == [Outcome.DONE, Outcome.DONE, Outcome.STALE]
     assert read == ["slow", "report", "gone"]
     assert shell.status("report")["processedUntil"] == format_time(SLOT)
+
+
+async def test_a_job_history_deleted_is_not_deleted_again_before_its_watch_event() -> None:
+    """A decision between our DELETE's response and the Job's DELETED event must not delete it
+    again: the model hears of the deletion from the response, as it does of a create (the
+    repeats answered 404 were a third of `make writes`' history DELETEs)."""
+    shell = Shell()
+    shell.create("report", successfulJobsHistoryLimit=0)
+    await shell.apply("report")
+    finish(shell, JOB)
+    await shell.apply("report")  # deletes the finished Job; its watch event has not come
+    assert JOB not in [job["metadata"]["name"] for job in shell.jobs()]
+    await shell.apply("report")  # decided again, e.g. woken by its own status write
+    deletes = [path for method, path in shell.server.calls if method == "DELETE"]
+    assert deletes == [f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}"]

@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
-from builders import condition, processed, run_at_spec, spec, utc, view
+from builders import condition, processed, run_at_spec, run_view, spec, step_job, utc, view
+from lupa import lua51
 
 from cronlease.jobinfo import JobState
 from cronlease.reconcile import decide
 from cronlease.runrequest import summarize_request
-from cronlease.steps import OnFailure, Step, Steps, snapshot
-from cronlease.supervision import Action, RunView, StepJob, supervise
-
-lua51 = pytest.importorskip("lupa.lua51")
+from cronlease.supervision import supervise
 
 ARGOCD = Path(__file__).resolve().parents[2] / "manifests" / "argocd"
 SCRIPT = (ARGOCD / "health.lua").read_text()
@@ -106,33 +104,15 @@ def test_a_one_off_that_ran_is_healthy() -> None:
 
 # --- Run -----------------------------------------------------------------------------------------
 
-TEMPLATE = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
-STEPS = Steps((Step("only", TEMPLATE),), OnFailure.STOP)
-
-
-def run(status: dict[str, Any] | None = None) -> RunView:
-    return RunView("r-1", "ns", "run-uid", snapshot(STEPS), status or {})
-
-
-def step_job(failed: bool) -> StepJob:
-    return StepJob(
-        "only-run-1",
-        "uid",
-        "run-uid",
-        "only",
-        Action.RUN,
-        1,
-        JobState.FAILED if failed else JobState.SUCCEEDED,
-        finished_at=H9,
-    )
-
 
 def test_a_run_is_progressing_then_healthy_or_degraded() -> None:
-    running = supervise(run(), [], {}, H9).status
+    running = supervise(run_view(), [], {}, H9).status
     assert health(obj(running)) == ("Progressing", "Running: the steps are running")
-    succeeded = supervise(run(running), [step_job(False)], {}, H9).status
+    done = step_job(state=JobState.SUCCEEDED, finished_at=H9)
+    succeeded = supervise(run_view(status=running), [done], {}, H9).status
     assert health(obj(succeeded))[0] == "Healthy"
-    failed = supervise(run(running), [step_job(True)], {}, H9).status
+    lost = step_job(state=JobState.FAILED, finished_at=H9)
+    failed = supervise(run_view(status=running), [lost], {}, H9).status
     state, message = health(obj(failed))
     assert state == "Degraded"
     assert "step only failed" in message

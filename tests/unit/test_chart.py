@@ -792,7 +792,7 @@ def test_the_charts_app_version_is_the_operators() -> None:
 HELM3 = Path(os.environ.get("HELM3", str(REPO / ".cache" / "bin" / "helm3")))
 
 
-@pytest.mark.skipif(not HELM3.exists(), reason=f"helm3 is not built at {HELM3}: make controlplane")
+@pytest.mark.skipif(not HELM3.exists(), reason=f"helm3 is not built at {HELM3}: make helm3")
 @needs_helm
 def test_helm_3_lints_and_renders_the_chart_as_helm_4_does() -> None:
     """The support table's Helm 3 (hack/helm3): the same objects as Helm 4's."""

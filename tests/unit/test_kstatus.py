@@ -1,55 +1,63 @@
 """Ready, Reconciling and Stalled (cronlease.conditions) as the kstatus conventions want them, on
-every kind the operator writes status for, read by the rules kstatus applies to a kind it has no
-built-in rules for. tests/e2e/test_kstatus.py reads real objects through the library itself
-(hack/kstatus); these tests cover every state without a cluster."""
+every kind the operator writes status for, read by sigs.k8s.io/cli-utils' kstatus itself: the
+statuses the operator computes are piped into hack/kstatus (`make kstatus` builds it into
+.cache/bin), the library at the version its go.mod pins. tests/e2e/test_ecosystem.py reads real
+objects through it on the control plane; these tests cover every state without a cluster."""
 
 from __future__ import annotations
 
-import dataclasses
-from datetime import datetime, timedelta
+import json
+import os
+import subprocess
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import after_apply, condition, processed, run_at_spec, spec, utc, view
+from builders import (
+    World,
+    condition,
+    processed,
+    run_at_spec,
+    run_view,
+    spec,
+    step_job,
+    utc,
+    view,
+)
 
 from cronlease.conditions import READY, RECONCILING, STALLED, Summary, summarize
-from cronlease.decision import Decision, ScheduledJobView
-from cronlease.jobinfo import JobInfo, JobState
+from cronlease.jobinfo import JobState
 from cronlease.naming import ANNOTATION_RESUME
 from cronlease.reconcile import decide
 from cronlease.requestplan import plan_waiting
 from cronlease.runrequest import RunRequestView, summarize_request
-from cronlease.steps import OnFailure, Step, Steps, snapshot
-from cronlease.supervision import Action as StepAction
-from cronlease.supervision import RunView, StepJob, supervise
+from cronlease.supervision import RunView, supervise
 
 H9 = utc(2026, 1, 5, 9)
 H = [utc(2026, 1, 5, hour) for hour in range(24)]
+REPO = Path(__file__).resolve().parents[2]
+KSTATUS = Path(os.environ.get("KSTATUS", str(REPO / ".cache" / "bin" / "kstatus")))
 
 
-def kstatus(obj: dict[str, Any]) -> str:
-    """What sigs.k8s.io/cli-utils v0.37.2's status.Compute says of a custom kind: deletion, then
-    an unobserved generation, then Reconciling or Stalled (True), then Ready, else Current."""
-    metadata, status = obj.get("metadata", {}), obj.get("status") or {}
-    if metadata.get("deletionTimestamp"):
-        return "Terminating"
-    observed = status.get("observedGeneration")
-    if "generation" in metadata and observed is not None and observed != metadata["generation"]:
-        return "InProgress"
-    conditions = status.get("conditions") or []
-    for item in conditions:
-        if item["type"] == RECONCILING and item["status"] == "True":
-            return "InProgress"
-        if item["type"] == STALLED and item["status"] == "True":
-            return "Failed"
-    for item in conditions:
-        if item["type"] == READY:
-            return "Current" if item["status"] == "True" else "InProgress"
-    return "Current"
+def kstatus(obj: dict[str, Any]) -> dict[str, Any]:
+    """What kstatus' status.Compute says of `obj`: hack/kstatus's reading (status, message,
+    conditions)."""
+    if not KSTATUS.exists():
+        pytest.fail(f"the kstatus reader is not built at {KSTATUS}: run `make kstatus`")
+    out = subprocess.run(
+        [str(KSTATUS)], input=json.dumps(obj), capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    reading: dict[str, Any] = json.loads(out.stdout)
+    return reading
 
 
-def read(status: dict[str, Any], generation: int = 1) -> str:
-    return kstatus({"metadata": {"generation": generation}, "status": status})
+def read(status: dict[str, Any], generation: int = 1, kind: str = "ScheduledJob") -> str:
+    """kstatus' status of a cronlease object of `kind` with `status`, at `generation`."""
+    metadata = {"name": "x", "namespace": "ns", "generation": generation}
+    obj = {"apiVersion": "cronlease.io/v1alpha1", "kind": kind, "metadata": metadata}
+    return str(kstatus({**obj, "status": status})["status"])
 
 
 def summary_of(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -156,29 +164,10 @@ def test_a_one_off_that_ran_is_current_and_completed() -> None:
     assert read(decision.status) == "Current"
 
 
-class PausingWorld:
-    """Decisions applied as the shell would: status written, Jobs created, then finished."""
-
-    def __init__(self) -> None:
-        raw = spec(pauseOnFailure={"consecutiveFailures": 1}, startingDeadlineSeconds=600)
-        self.sj: ScheduledJobView = view(raw, status=processed(raw, H[8]))
-        self.jobs: list[JobInfo] = []
-
-    def decide(self, now: datetime) -> Decision:
-        decision = decide(self.sj, self.jobs, now)
-        self.sj, self.jobs = after_apply(self.sj, self.jobs, decision)
-        return decision
-
-    def fail_all(self, at: datetime) -> None:
-        self.jobs = [
-            dataclasses.replace(j, state=JobState.FAILED, finished_at=at) for j in self.jobs
-        ]
-
-
 def test_a_paused_scheduledjob_is_stalled_until_resumed() -> None:
-    world = PausingWorld()
+    world = World(spec(pauseOnFailure={"consecutiveFailures": 1}, startingDeadlineSeconds=600))
     assert world.decide(H[9]).runs
-    world.fail_all(H[9] + timedelta(minutes=5))
+    world.finish(JobState.FAILED, H[9] + timedelta(minutes=5))
     paused = world.decide(H[9] + timedelta(minutes=5))
     assert condition(paused.status, "Paused")["status"] == "True"
     assert_conventions(paused.status, 1)
@@ -189,7 +178,7 @@ def test_a_paused_scheduledjob_is_stalled_until_resumed() -> None:
     )
     assert read(paused.status) == "Failed"
 
-    world.sj = dataclasses.replace(world.sj, annotations={ANNOTATION_RESUME: "1"})
+    world.annotate(ANNOTATION_RESUME, "1")
     resumed = world.decide(H[9] + timedelta(minutes=6))
     assert_conventions(resumed.status, 1)
     assert summary_of(resumed.status) == {READY: ("True", "Scheduling")}
@@ -197,26 +186,6 @@ def test_a_paused_scheduledjob_is_stalled_until_resumed() -> None:
 
 
 # --- Run -----------------------------------------------------------------------------------------
-
-TEMPLATE = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
-ONE_STEP = Steps((Step("only", TEMPLATE),), OnFailure.STOP)
-
-
-def run_view(status: dict[str, Any] | None = None, generation: int = 1) -> RunView:
-    return RunView("r-1", "ns", "run-uid", snapshot(ONE_STEP), status or {}, generation=generation)
-
-
-def step_job(state: JobState) -> StepJob:
-    return StepJob(
-        name="only-run-1",
-        uid="uid-only",
-        run_uid="run-uid",
-        step="only",
-        action=StepAction.RUN,
-        attempt=1,
-        state=state,
-        finished_at=None if state is JobState.ACTIVE else H9,
-    )
 
 
 def test_a_running_run_is_reconciling_then_current_once_it_succeeded() -> None:
@@ -226,29 +195,31 @@ def test_a_running_run_is_reconciling_then_current_once_it_succeeded() -> None:
         READY: ("False", "Running"),
         RECONCILING: ("True", "Running"),
     }
-    assert read(started.status) == "InProgress"
+    assert read(started.status, kind="Run") == "InProgress"
 
-    done = supervise(run_view(started.status), [step_job(JobState.SUCCEEDED)], {}, H9)
+    succeeded = step_job(state=JobState.SUCCEEDED, finished_at=H9)
+    done = supervise(run_view(status=started.status), [succeeded], {}, H9)
     assert done.status["phase"] == "Succeeded"
     assert_conventions(done.status, 1)
     assert summary_of(done.status) == {READY: ("True", "Succeeded")}
-    assert read(done.status) == "Current"
+    assert read(done.status, kind="Run") == "Current"
 
 
 def test_a_failed_run_is_stalled_with_its_escalation() -> None:
     started = supervise(run_view(), [], {}, H9)
-    failed = supervise(run_view(started.status), [step_job(JobState.FAILED)], {}, H9)
+    failing = step_job(state=JobState.FAILED, finished_at=H9)
+    failed = supervise(run_view(status=started.status), [failing], {}, H9)
     assert failed.status["phase"] == "Failed"
     assert summary_of(failed.status) == {READY: ("False", "Failed"), STALLED: ("True", "Failed")}
     escalated = condition(failed.status, "Escalated")
     assert condition(failed.status, STALLED)["message"] == escalated["message"]
-    assert read(failed.status) == "Failed"
+    assert read(failed.status, kind="Run") == "Failed"
 
 
 def test_an_unreadable_run_is_stalled() -> None:
     plan = supervise(RunView("r", "ns", "uid", {"steps": "nope"}, {}), [], {}, H9)
     assert summary_of(plan.status)[STALLED] == ("True", "Failed")
-    assert read(plan.status) == "Failed"
+    assert read(plan.status, kind="Run") == "Failed"
 
 
 # --- RunRequest ----------------------------------------------------------------------------------
@@ -274,14 +245,14 @@ def test_a_runrequest_reads_as_its_phase(
     if summary != READY:
         expected[summary] = ("True", reason)
     assert summary_of(status) == expected
-    assert read(status) == reading
+    assert read(status, kind="RunRequest") == reading
 
 
 def test_a_waiting_runrequest_is_in_progress() -> None:
     waiting = RunRequestView("fill", "ns", "uid", "1", H9, {"scheduledJobName": "x"}, {})
     (written,) = plan_waiting("x", [waiting], H9).requests
     assert summary_of(written.status)[RECONCILING] == ("True", "Pending")
-    assert read(written.status) == "InProgress"
+    assert read(written.status, kind="RunRequest") == "InProgress"
 
 
 def test_a_request_decided_with_its_scheduledjob_carries_the_summary() -> None:
@@ -299,4 +270,4 @@ def test_a_request_decided_with_its_scheduledjob_carries_the_summary() -> None:
     (written,) = decision.requests
     assert written.status["phase"] == "Failed"  # no such run to replay
     assert_conventions(written.status, 1)
-    assert read(written.status) == "Failed"
+    assert read(written.status, kind="RunRequest") == "Failed"

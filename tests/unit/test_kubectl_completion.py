@@ -13,10 +13,12 @@ import pytest
 
 from cronlease.kubectl import __main__ as entry
 from cronlease.kubectl import completion
-from cronlease.kubectl.cli import OUTPUTS
 from cronlease.kubectl.completion import DEFAULT, NO_FILE, complete
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.impersonation import Impersonation
+
+COMMANDS = ["run-now", "next", "history", "suspend", "resume", "backfill", "replay"]
+COMMANDS += ["dead-letters", "audit", "adopt", "leader"]
 
 
 class Listing:
@@ -47,7 +49,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> tuple[Listing, list[tuple[Any, .
 
 def test_the_commands_with_their_help() -> None:
     found, directive = complete([""])
-    assert [c.split("\t")[0] for c in found] == list(OUTPUTS)
+    assert [c.split("\t")[0] for c in found] == COMMANDS
     assert "history\truns: trigger, attempts, result, lag" in found
     assert directive == NO_FILE
     assert complete(["dead"]) == (["dead-letters\truns whose attempts all failed"], NO_FILE)
@@ -81,6 +83,15 @@ def test_scheduled_job_names_from_the_typed_context(
     assert complete(["adopt", ""]) == (["cronjob/legacy"], NO_FILE)
     complete(["run-now", ""])
     assert api.listed[-1] == "team"  # the context's namespace
+    # Every command whose positional is a ScheduledJob's `name` completes it; replay's are Jobs.
+    named = ["run-now", "next", "history", "suspend", "resume", "backfill", "dead-letters"]
+    for command in [*named, "audit"]:
+        assert complete([command, "noo"]) == (["noon"], NO_FILE), command
+    assert complete(["replay", ""]) == ([], NO_FILE)
+    assert complete(["leader", ""]) == ([], NO_FILE)
+    before = len(api.listed)
+    assert complete(["history", "-n", "no/such", ""]) == ([], NO_FILE)  # -n as commands check it
+    assert len(api.listed) == before
 
 
 def test_an_unreachable_cluster_completes_nothing_quietly(

@@ -558,3 +558,20 @@ async def test_a_renewal_that_meets_a_foreign_write_reads_the_lease_in_the_same_
     # follows shows the new holder, valid on our clock: no write carries our token now.
     assert server.calls == [GET, POST, PUT, GET]
     assert not elector.is_leading()
+
+
+async def test_a_conflict_in_a_round_makes_the_next_round_at_once() -> None:
+    """A free Lease whose taking meets a 409 (somebody else wrote first) is read again at once,
+    not a retry period later: the poke the conflict sets outlives the round it was set in."""
+    server = FakeApiServer()
+    server.put(lease("", 4))
+    server.fail("PUT", LEASE_PATH, 409)
+    elector = LeaseElector(KubeApi(server), "me", CONFIG)
+    loop = asyncio.create_task(elector.run())
+    try:
+        # Well within the 2 s retry period: GET, the refused PUT, then GET and PUT again.
+        await eventually(elector.is_leading, deadline=CONFIG.retry_period / 2)
+    finally:
+        await elector.release()
+        await loop
+    assert server.calls[:4] == [GET, PUT, GET, PUT]

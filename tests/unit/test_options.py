@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronlease.options import configure_logging, parse_args, version
+from cronlease.distribution import version
+from cronlease.options import configure_logging, parse_args
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Any
 
 import pytest
-from builders import after_apply, processed, seconds, skip_counts, slot_job, spec, utc, view
+from builders import (
+    World,
+    after_apply,
+    processed,
+    seconds,
+    skip_counts,
+    slot_job,
+    spec,
+    utc,
+    view,
+)
 
-from cronlease.decision import Decision, DeletionReason, ScheduledJobView
+from cronlease.decision import DeletionReason
 from cronlease.jobinfo import JobInfo, JobState
+from cronlease.naming import ANNOTATION_RUN_NOW
 from cronlease.overlap import QueuePlan, plan_queue
 from cronlease.reconcile import decide
 from cronlease.spec import ConcurrencyPolicy, SpecError, parse_spec
@@ -57,31 +67,6 @@ def test_plan_queue(
 # --- decide(), chained as the shell applies it --------------------------------------------------
 
 
-class World:
-    def __init__(self, raw: dict[str, Any], jobs: list[JobInfo] | None = None) -> None:
-        self.sj: ScheduledJobView = view(raw, status=processed(raw, H[8]))
-        self.jobs = jobs or []
-
-    def decide(self, now: datetime) -> Decision:
-        decision = decide(self.sj, self.jobs, now)
-        cancelled = {d.uid for d in decision.deletions if d.reason is DeletionReason.CANCEL_OTHER}
-        lingering = [dataclasses.replace(j, deleting=True) for j in self.jobs if j.uid in cancelled]
-        self.sj, self.jobs = after_apply(self.sj, self.jobs, decision)
-        self.jobs += lingering  # a foreground deletion: the Job stays until its pods are gone
-        return decision
-
-    def finish(self, slot: datetime, at: datetime) -> None:
-        self.jobs = [
-            dataclasses.replace(job, state=JobState.SUCCEEDED, finished_at=at)
-            if job.slot == slot
-            else job
-            for job in self.jobs
-        ]
-
-    def gone(self) -> None:
-        self.jobs = [job for job in self.jobs if not job.deleting]
-
-
 def long_run() -> list[JobInfo]:
     return [slot_job(H[9])]  # the 09:00 run, still active
 
@@ -95,7 +80,7 @@ def test_buffer_one_runs_one_waiting_slot_when_the_run_ends() -> None:
     assert full.runs == []
     assert skip_counts(full) == {"BufferFull": 1}
     assert full.status["buffered"] == ["2026-01-05T10:00:00Z"]
-    world.finish(H[9], H[11] + seconds(30))
+    world.finish(JobState.SUCCEEDED, H[11] + seconds(30), slot=H[9])
     starts = world.decide(H[11] + seconds(30))
     assert [(run.slot, run.start) for run in starts.runs] == [(H[10], H[11] + seconds(30))]
     assert "buffered" not in starts.status
@@ -109,7 +94,7 @@ def test_buffer_all_keeps_the_oldest_and_runs_them_in_order() -> None:
     assert world.sj.status["slotsSkipped"] == {"BufferFull": 1}
     started = []
     for slot in (H[9], H[10], H[11]):
-        world.finish(slot, H[12] + seconds(10))
+        world.finish(JobState.SUCCEEDED, H[12] + seconds(10), slot=slot)
         started += [run.slot for run in world.decide(H[12] + seconds(10)).runs]
     assert started == [H[10], H[11]]
     assert "buffered" not in world.sj.status
@@ -118,7 +103,7 @@ def test_buffer_all_keeps_the_oldest_and_runs_them_in_order() -> None:
 def test_a_buffered_slot_past_its_deadline_is_recorded_not_run() -> None:
     world = World(spec(concurrencyPolicy="BufferOne", startingDeadlineSeconds=600), long_run())
     world.decide(H[10])
-    world.finish(H[9], H[10] + seconds(601 + 1))
+    world.finish(JobState.SUCCEEDED, H[10] + seconds(601 + 1), slot=H[9])
     late = world.decide(H[10] + seconds(602))
     assert late.runs == []
     assert skip_counts(late) == {"DeadlineExceeded": 1}
@@ -151,7 +136,7 @@ def test_cancel_other_keeps_only_the_newest_waiting_slot() -> None:
 def test_a_run_now_is_refused_while_a_cancelled_run_is_still_going() -> None:
     world = World(spec(concurrencyPolicy="CancelOther"), long_run())
     world.decide(H[10])
-    world.sj = dataclasses.replace(world.sj, annotations={"cronlease.io/run-now": "1"})
+    world.annotate(ANNOTATION_RUN_NOW, "1")
     refused = world.decide(H[10] + seconds(1))
     assert refused.runs == []
     assert "RunNowForbidden" in [event.reason for event in refused.events]
@@ -264,7 +249,7 @@ def test_cancel_other_never_cancels_a_run_now_it_let_start() -> None:
     while the slot's run is active, as under Forbid) instead of starting only to be cancelled."""
     raw = spec(concurrencyPolicy="CancelOther")
     world = World(raw)
-    world.sj = dataclasses.replace(world.sj, annotations={"cronlease.io/run-now": "t1"})
+    world.annotate(ANNOTATION_RUN_NOW, "t1")
     first = world.decide(H[9] + seconds(1))
     assert [run.trigger for run in first.runs] == ["Schedule"]
     second = world.decide(H[9] + seconds(2))

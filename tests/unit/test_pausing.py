@@ -9,39 +9,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from builders import after_apply, condition, event_reasons, processed, spec, utc, view
+from builders import World, condition, event_reasons, processed, spec, utc, view
 
-from cronlease.decision import Decision, ScheduledJobView
-from cronlease.jobinfo import JobInfo, JobState
+from cronlease.jobinfo import JobState
 from cronlease.naming import ANNOTATION_RESUME
 from cronlease.pausing import update_pause
-from cronlease.reconcile import decide
 from cronlease.spec import SpecError, parse_spec
 
 H = [utc(2026, 1, 5, hour) for hour in range(24)]  # the hourly slots of Monday 2026-01-05
 PAUSING = spec(pauseOnFailure={"consecutiveFailures": 2}, startingDeadlineSeconds=600)
-
-
-class World:
-    """A ScheduledJob and its Jobs, decided at the given instants."""
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self.sj: ScheduledJobView = view(raw, status=processed(raw, H[8]))
-        self.jobs: list[JobInfo] = []
-
-    def decide(self, now: datetime) -> Decision:
-        decision = decide(self.sj, self.jobs, now)
-        self.sj, self.jobs = after_apply(self.sj, self.jobs, decision)
-        return decision
-
-    def finish(self, state: JobState, at: datetime) -> None:
-        self.jobs = [
-            dataclasses.replace(job, state=state, finished_at=at) if not job.finished else job
-            for job in self.jobs
-        ]
-
-    def annotate(self, value: str) -> None:
-        self.sj = dataclasses.replace(self.sj, annotations={ANNOTATION_RESUME: value})
 
 
 def minutes(slot: datetime, count: int) -> datetime:
@@ -72,7 +48,7 @@ def test_two_failures_in_a_row_pause_and_a_resume_lifts_the_pause() -> None:
     assert during.status["slotsSkipped"] == {"Paused": 2}
     assert "Paused" not in event_reasons(during)  # said once
 
-    world.annotate("1")
+    world.annotate(ANNOTATION_RESUME, "1")
     resumed = world.decide(minutes(H[12], 2))
     assert condition(resumed.status, "Paused")["status"] == "False"
     assert resumed.status["resumeToken"] == "1"
@@ -165,7 +141,7 @@ def test_slots_of_the_pause_are_skipped_by_the_decision_that_resumes() -> None:
         world.decide(H[hour])
         world.finish(JobState.FAILED, minutes(H[hour], 5))
     world.decide(minutes(H[10], 5))  # paused
-    world.annotate("resume-1")
+    world.annotate(ANNOTATION_RESUME, "resume-1")
     resumed = world.decide(minutes(H[12], 1))  # 11:00 and 12:00 came due during the pause
     assert resumed.runs == []
     assert resumed.status["slotsSkipped"] == {"Paused": 2}

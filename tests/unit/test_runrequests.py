@@ -457,13 +457,13 @@ async def test_each_target_runs_once_across_lost_writes_and_a_new_leader() -> No
 
 def test_a_request_for_a_missing_scheduledjob_waits_pending_then_starts() -> None:
     waiting = request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 9)))
-    decision = plan_waiting(NAME, [waiting])
+    decision = plan_waiting(NAME, [waiting], NOW)
     (written,) = decision.requests
     assert written.status["phase"] == "Pending"
     assert "ScheduledJob backup not found" in written.status["message"]
     assert event_reasons(decision) == ["RequestPending"]
     pending = dataclasses.replace(waiting, status=written.status)
-    assert plan_waiting(NAME, [pending]).requests == []  # said once
+    assert plan_waiting(NAME, [pending], NOW).requests == []  # said once
     world = World(sj(), pending)  # the ScheduledJob is applied after all
     world.accept()
     assert len(world.step().runs) == 1
@@ -473,7 +473,7 @@ def test_a_request_for_a_missing_scheduledjob_waits_pending_then_starts() -> Non
 
 def test_a_running_request_whose_scheduledjob_is_deleted_fails() -> None:
     running = request(backfill(utc(2026, 1, 5, 9), utc(2026, 1, 5, 9)), {"phase": "Running"})
-    decision = plan_waiting(NAME, [running])
+    decision = plan_waiting(NAME, [running], NOW)
     (written,) = decision.requests
     assert (written.status["phase"], event_reasons(decision)) == ("Failed", ["RequestFailed"])
     assert "was deleted" in written.status["message"]

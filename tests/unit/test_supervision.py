@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from builders import RUN_START as T0
+from builders import STEP_TEMPLATE as TEMPLATE
+from builders import run_view as view  # the Run close-1 of namespace bank
+from builders import step_job as job
 
 from cronlease.jobinfo import JobState
 from cronlease.spec import RetryPolicy, SpecError, parse_spec
-from cronlease.steps import Compensation, OnFailure, Step, Steps, snapshot
+from cronlease.steps import Compensation, OnFailure, Step, Steps
 from cronlease.supervision import (
     Action,
     Escalation,
@@ -20,8 +24,6 @@ from cronlease.supervision import (
     supervise,
 )
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
-TEMPLATE = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
 TWICE = RetryPolicy(max_attempts=2, initial_seconds=5, factor=1)
 
 
@@ -38,30 +40,6 @@ def bank_close(
             Step("publish", TEMPLATE, ("interest",)),
         ),
         on_failure,
-    )
-
-
-def view(steps: Steps, status: dict[str, Any] | None = None, deleting: bool = False) -> RunView:
-    return RunView("close-1", "bank", "run-uid", snapshot(steps), status or {}, deleting)
-
-
-def job(
-    step: str,
-    attempt: int = 1,
-    state: JobState = JobState.ACTIVE,
-    action: Action = Action.RUN,
-    **fields: Any,
-) -> StepJob:
-    return StepJob(
-        name=f"{step}-{action.value}-{attempt}",
-        uid=f"uid-{step}-{action.value}-{attempt}",
-        run_uid=fields.pop("run_uid", "run-uid"),
-        step=step,
-        action=action,
-        attempt=attempt,
-        state=state,
-        finished_at=fields.pop("finished_at", T0 if state is not JobState.ACTIVE else None),
-        **fields,
     )
 
 

@@ -110,9 +110,8 @@ def cmd_audit(ctx: Context, name: str | None, low_text: str | None, high_text: s
         ctx.emit(data[0] if name is not None else data)
         return EXIT_FINDING if failed else 0
     if ctx.output == "name":
-        for obj, result in results:
-            if isinstance(result, PluginError) or not result.ok:
-                ctx.print(f"scheduledjob.{GROUP}/{obj['metadata']['name']}")
+        failing = [o for o, r in results if isinstance(r, PluginError) or not r.ok]
+        ctx.names(f"scheduledjob.{GROUP}", [o["metadata"]["name"] for o in failing])
         return EXIT_FINDING if failed else 0
     if name is not None:
         ((obj, ledger),) = results

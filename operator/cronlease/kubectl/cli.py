@@ -8,9 +8,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from cronlease import distribution
 from cronlease.kubectl.errors import EXIT_USAGE, PluginError
 from cronlease.kubectl.impersonation import Impersonation, impersonation
 
@@ -24,23 +24,11 @@ LEASE_NAME = "cronlease-leader"
 # plugin is part of the operator's.
 DISTRIBUTIONS = ("kubectl-cronlease", "cronlease")
 
-# The -o formats each command prints, besides its table: `wide` and `name` where it lists
-# objects (runs, dead letters, audited ScheduledJobs) or names what it wrote.
+# The -o formats a command prints, besides its table: `wide` and `name` where it lists objects
+# (runs, dead letters, audited ScheduledJobs), `name` where it names what it wrote.
 STRUCTURED = ("json", "yaml")
+NAMES = (*STRUCTURED, "name")
 LISTS = (*STRUCTURED, "wide", "name")
-OUTPUTS = {
-    "run-now": (*STRUCTURED, "name"),
-    "next": STRUCTURED,
-    "history": LISTS,
-    "suspend": (*STRUCTURED, "name"),
-    "resume": (*STRUCTURED, "name"),
-    "backfill": STRUCTURED,
-    "replay": STRUCTURED,
-    "dead-letters": LISTS,
-    "audit": LISTS,
-    "adopt": STRUCTURED,
-    "leader": STRUCTURED,
-}
 
 EPILOG = """\
 exit codes:
@@ -57,12 +45,19 @@ commands, flags and ScheduledJob names after `kubectl cronlease <TAB>`.
 
 def version() -> str:
     """The installed distribution's version (the plugin's own, or the operator's in a checkout)."""
-    for name in DISTRIBUTIONS:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
+    return distribution.version(*DISTRIBUTIONS)
+
+
+class _Version(argparse.Action):
+    """--version, reading the distribution's metadata only when asked: the parser is built on
+    every completion keystroke too."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"kubectl-cronlease {version()}\n")
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,51 +99,54 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"kubectl-cronlease {version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("run-now", parents=[common], help="run a ScheduledJob now; print the Job")
+    def command(name: str, outputs: tuple[str, ...], summary: str) -> argparse.ArgumentParser:
+        """A command: kubectl's flags, and the -o formats it prints besides its table."""
+        p = sub.add_parser(name, parents=[common], help=summary)
+        formats = " or ".join(", ".join(outputs).rsplit(", ", 1))
+        p.add_argument("-o", "--output", choices=outputs, help=f"{formats} instead of a table")
+        return p
+
+    p = command("run-now", NAMES, "run a ScheduledJob now; print the Job")
     p.add_argument("name")
 
-    p = sub.add_parser(
-        "next", parents=[common], help="the next fire times (no cluster needed with --schedule)"
-    )
+    p = command("next", STRUCTURED, "the next fire times (no cluster needed with --schedule)")
     p.add_argument("name", nargs="?")
     p.add_argument("--schedule", action="append", default=[], help="cron expression (repeatable)")
     p.add_argument("--tz", help="IANA time zone for --schedule (default UTC)")
     p.add_argument("-c", "--count", type=int, default=5, help="how many (5)")
     p.add_argument("--from", dest="after", help="list from this time (default now)")
 
-    p = sub.add_parser("history", parents=[common], help="runs: trigger, attempts, result, lag")
+    p = command("history", LISTS, "runs: trigger, attempts, result, lag")
     p.add_argument("name")
 
     for verb in ("suspend", "resume"):
-        p = sub.add_parser(verb, parents=[common], help=f"{verb} ScheduledJobs by name or -l")
+        p = command(verb, NAMES, f"{verb} ScheduledJobs by name or -l")
         p.add_argument("name", nargs="?")
         p.add_argument("-l", "--selector", help="label selector")
 
-    p = sub.add_parser("backfill", parents=[common], help="run a past window's slots, and follow")
+    p = command("backfill", STRUCTURED, "run a past window's slots, and follow")
     p.add_argument("name")
     p.add_argument("--from", dest="low", required=True)
     p.add_argument("--to", dest="high", required=True)
     p.add_argument("--policy", choices=("Forbid", "Allow"), default="Forbid")
 
-    p = sub.add_parser("replay", parents=[common], help="run runs again (or every dead letter)")
+    p = command("replay", STRUCTURED, "run runs again (or every dead letter)")
     p.add_argument("runs", nargs="*", metavar="RUN")
     p.add_argument("--dead-letters", metavar="SCHEDULEDJOB", help="replay all its dead letters")
     p.add_argument("--policy", choices=("Forbid", "Allow"), default="Forbid")
 
-    p = sub.add_parser("dead-letters", parents=[common], help="runs whose attempts all failed")
+    p = command("dead-letters", LISTS, "runs whose attempts all failed")
     p.add_argument("name", nargs="?")
 
-    p = sub.add_parser(
-        "audit", parents=[common], help="the slot ledger; exits 3 if a slot is missing or doubled"
-    )
+    p = command("audit", LISTS, "the slot ledger; exits 3 if a slot is missing or doubled")
     p.add_argument("name", nargs="?")
     p.add_argument("--from", dest="low", help="window start (default 1h ago)")
     p.add_argument("--to", dest="high", help="window end (default now)")
 
-    p = sub.add_parser("adopt", parents=[common], help="take over a CronJob: no double, no loss")
+    p = command("adopt", STRUCTURED, "take over a CronJob: no double, no loss")
     p.add_argument("target", metavar="cronjob/NAME")
     p.add_argument("--dry-run", action="store_true", help="print the ScheduledJob and what differs")
     p.add_argument(
@@ -157,14 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the zone a CronJob without spec.timeZone runs in (kube-controller-manager's; UTC)",
     )
 
-    p = sub.add_parser("leader", parents=[common], help="the Lease holder, its token, replicas")
+    p = command("leader", STRUCTURED, "the Lease holder, its token, replicas")
     p.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
     p.add_argument("--lease-name", default=LEASE_NAME)
-    for command, formats in OUTPUTS.items():
-        names = " or ".join(", ".join(formats).rsplit(", ", 1))
-        sub.choices[command].add_argument(
-            "-o", "--output", choices=formats, help=f"{names} instead of a table"
-        )
     return parser
 
 

@@ -44,12 +44,7 @@ class Api:
                 raise PluginError(f"cannot load the kubeconfig: {kube_error}") from None
             api_client = client.ApiClient()
             self.default_namespace = _in_cluster_namespace()
-        if impersonate is not None:
-            _impersonate(api_client, impersonate)
-        if timeout is not None:  # each connect and read (a completion must not hang a shell)
-            pool_options = api_client.rest_client.pool_manager.connection_pool_kw
-            pool_options["timeout"] = Timeout(connect=timeout, read=timeout)
-            pool_options["retries"] = False
+        _on_every_request(api_client, impersonate, timeout)
         self.custom = client.CustomObjectsApi(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -221,22 +216,37 @@ class Api:
             raise
 
 
-def _impersonate(api_client: Any, who: Impersonation) -> None:
-    """kubectl's --as, --as-group, --as-uid: the API server's impersonation headers on every
-    request. The client has no setting for them, and its default headers hold one value per name,
-    while each group is a header line of its own (a comma-joined line would be one group named
-    "a,b"), so they are added where the requests leave, on urllib3's pool."""
+def _on_every_request(api_client: Any, who: Impersonation | None, timeout: float | None) -> None:
+    """What the client has no setting for, added where its requests leave, on urllib3's pool.
+
+    kubectl's --as, --as-group, --as-uid: the API server's impersonation headers. The client's
+    default headers hold one value per name, while each group is a header line of its own (a
+    comma-joined line would be one group named "a,b").
+
+    `timeout`, on each connect and each read, with no retry (a completion must not hang a shell).
+    The client passes `timeout=None` on every request it makes without `_request_timeout`, and
+    urllib3 reads an explicit None as no timeout at all, overriding the pool's own setting: so
+    the None is replaced here, request by request."""
+    if who is None and timeout is None:
+        return
     pool = api_client.rest_client.pool_manager
     send = pool.request
+    bound = None if timeout is None else Timeout(connect=timeout, read=timeout)
 
     def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        headers = HTTPHeaderDict(kwargs.pop("headers", None) or {})
-        headers["Impersonate-User"] = who.user
-        for group in who.groups:
-            headers.add("Impersonate-Group", group)
-        if who.uid:
-            headers["Impersonate-Uid"] = who.uid
-        return send(method, url, *args, headers=headers, **kwargs)
+        if who is not None:
+            headers = HTTPHeaderDict(kwargs.pop("headers", None) or {})
+            headers["Impersonate-User"] = who.user
+            for group in who.groups:
+                headers.add("Impersonate-Group", group)
+            if who.uid:
+                headers["Impersonate-Uid"] = who.uid
+            kwargs["headers"] = headers
+        if bound is not None:
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = bound
+            kwargs.setdefault("retries", False)
+        return send(method, url, *args, **kwargs)
 
     pool.request = request
 

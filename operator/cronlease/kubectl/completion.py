@@ -13,42 +13,35 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cronlease.kubectl.cli import build_parser, connect
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.impersonation import impersonation
 
-if TYPE_CHECKING:
-    from cronlease.kubectl.client import Api
+if TYPE_CHECKING:  # imported where a name is completed: commands and flags need no cluster
+    from cronlease.kubectl.context import Context
 
 # cobra's ShellCompDirective bits (spf13/cobra completions.go).
 DEFAULT = 0  # the shell may complete file names
 NO_SPACE = 2
 NO_FILE = 4
 
-# The commands whose first positional is a ScheduledJob's name, and the flags whose value is one.
-NAMED = frozenset(
-    {"run-now", "next", "history", "suspend", "resume", "backfill", "dead-letters", "audit"}
-)
+# The flags whose value is a ScheduledJob's name (a command's is its positional `name`).
 NAME_FLAGS = frozenset({"--dead-letters"})
 # Seconds for the API call of a completion: a shell waits on it.
 TIMEOUT_SECONDS = 5.0
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+def _commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands
 
 
-def _descriptions(parser: argparse.ArgumentParser) -> dict[str, str]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return {choice.dest: choice.help or "" for choice in action._choices_actions}
-    return {}
+def _first_positional(parser: argparse.ArgumentParser) -> str | None:
+    """The dest of the command's first positional (`name` for a ScheduledJob's), or None."""
+    return next((a.dest for a in parser._actions if not a.option_strings), None)
 
 
 def _option(parser: argparse.ArgumentParser, word: str) -> argparse.Action | None:
@@ -90,19 +83,27 @@ class _Typed:
 
 
 def complete(words: Sequence[str]) -> tuple[list[str], int]:
-    """The candidates for the last of `words` and cobra's directive."""
+    """The candidates for the last of `words` and cobra's directive. A cluster or kubeconfig it
+    cannot read, or a namespace it refuses, completes nothing: kubectl shows a completion's
+    candidates, never its errors."""
+    try:
+        return _complete(words)
+    except PluginError:
+        return [], NO_FILE
+
+
+def _complete(words: Sequence[str]) -> tuple[list[str], int]:
     if not words:
         words = [""]
     *before, current = words
-    root = build_parser()
-    commands = _subcommands(root)
+    commands = _commands(build_parser())
     if not before:
         if current.startswith("-"):
             return _match(["--help", "--version"], current), NO_FILE
-        helps = _descriptions(root)
-        return _match([f"{name}\t{helps.get(name, '')}" for name in commands], current), NO_FILE
+        helps = [f"{c.dest}\t{c.help or ''}" for c in commands._choices_actions]
+        return _match(helps, current), NO_FILE
     command = before[0]
-    parser = commands.get(command)
+    parser = commands.choices.get(command)
     if parser is None:
         return [], NO_FILE
     typed = _Typed(parser, before[1:])
@@ -119,10 +120,12 @@ def complete(words: Sequence[str]) -> tuple[list[str], int]:
         options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
         return _match(options, current), NO_FILE
     if not typed.positionals:
-        if command in NAMED:
-            return _match(_scheduled_jobs(typed), current), NO_FILE
+        positional = _first_positional(parser)
+        if positional == "name":
+            return _match(_listed(typed, _scheduled_jobs), current), NO_FILE
         if command == "adopt":
-            return _match([f"cronjob/{n}" for n in _cronjobs(typed)], current), NO_FILE
+            cronjobs = _listed(typed, lambda ctx: ctx.api.cronjobs(ctx.ns))
+            return _match([f"cronjob/{n}" for n in cronjobs], current), NO_FILE
     return [], NO_FILE
 
 
@@ -134,9 +137,9 @@ def _values(action: argparse.Action, typed: _Typed, current: str) -> tuple[list[
     if option == "--kubeconfig":
         return [], DEFAULT  # a file: the shell completes it
     if option in NAME_FLAGS:
-        return _match(_scheduled_jobs(typed), current), NO_FILE
+        return _match(_listed(typed, _scheduled_jobs), current), NO_FILE
     if option == "--namespace":
-        return _match(_namespaces(typed), current), NO_FILE
+        return _match(_listed(typed, lambda ctx: ctx.api.namespaces()), current), NO_FILE
     if option == "--context":
         return _match(_contexts(typed), current), NO_FILE
     return [], NO_FILE
@@ -159,42 +162,36 @@ def _names(listing: list[dict[str, object]]) -> list[str]:
     return sorted(names)
 
 
-def _api(typed: _Typed) -> Api:
+def _listed(typed: _Typed, listing: Callable[[Context], list[dict[str, Any]]]) -> list[str]:
+    """The names of what `listing` finds with the typed flags: -n (or the context's namespace),
+    --context, --kubeconfig, --as."""
+    from cronlease.kubectl.context import Context
+
     groups = typed.values.get("as_group", [])
     who = impersonation(typed.last("as_user"), groups, typed.last("as_uid"))
-    return connect(typed.last("kubeconfig"), typed.last("context"), who, TIMEOUT_SECONDS)
+    kubeconfig, context = typed.last("kubeconfig"), typed.last("context")
+    ctx = Context(
+        connect=lambda: connect(kubeconfig, context, who, TIMEOUT_SECONDS),
+        namespace=typed.last("namespace"),
+        all_namespaces=False,
+        output="table",
+        out=sys.stdout,
+        err=sys.stderr,
+        colour=False,
+    )
+    return _names(listing(ctx))
 
 
-def _scheduled_jobs(typed: _Typed) -> list[str]:
-    try:
-        api = _api(typed)
-        return _names(api.scheduled_jobs(typed.last("namespace") or api.default_namespace))
-    except PluginError:
-        return []
-
-
-def _cronjobs(typed: _Typed) -> list[str]:
-    try:
-        api = _api(typed)
-        return _names(api.cronjobs(typed.last("namespace") or api.default_namespace))
-    except PluginError:
-        return []
-
-
-def _namespaces(typed: _Typed) -> list[str]:
-    try:
-        return _names(_api(typed).namespaces())
-    except PluginError:
-        return []
+def _scheduled_jobs(ctx: Context) -> list[dict[str, Any]]:
+    return ctx.api.scheduled_jobs(ctx.ns)
 
 
 def _contexts(typed: _Typed) -> list[str]:
     try:
         from cronlease.kubectl.client import contexts
-
-        return contexts(typed.last("kubeconfig"))
-    except (ImportError, PluginError):
+    except ImportError:  # the operator's environment holds no client: no kubeconfig reader
         return []
+    return contexts(typed.last("kubeconfig"))
 
 
 def write(candidates: Sequence[str], directive: int, out: TextIO) -> None:

@@ -7,7 +7,6 @@ problem (a slot missing or doubled, a backfill or replay target that failed)."""
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 # Distinct from 1 so that a CI gate on `audit` does not mistake a lost connection for a finding,

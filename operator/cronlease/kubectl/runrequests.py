@@ -9,7 +9,7 @@ from typing import Any
 
 from cronlease import GROUP, REQUEST_KIND, VERSION
 from cronlease.kubectl.context import POLL_SECONDS, Context
-from cronlease.kubectl.errors import EXIT_FINDING, PluginError
+from cronlease.kubectl.errors import EXIT_ERROR, EXIT_FINDING, PluginError
 from cronlease.kubectl.evidence import subject_of
 from cronlease.kubectl.output import Progress
 from cronlease.kubectl.views import request_progress
@@ -61,7 +61,7 @@ def _request(ctx: Context, target: str, action: dict[str, Any], policy: str) -> 
     # target that failed is a finding (the request did its work); a request the operator could
     # not carry out (phase Failed, `message` says why) is an error.
     if state.phase != "Complete":
-        return 1
+        return EXIT_ERROR
     return EXIT_FINDING if state.failed else 0
 
 
