@@ -100,6 +100,11 @@ class Phase:
     settled_rss_mb: float = float("nan")  # the same, SETTLE seconds later
     after_jobs: int = 0  # the namespace's Jobs at rest after the bursts...
     after_unfinished: int = 0  # ...of which the job controller had not finished these
+    # Exactly once over the measured slots, at rest: each slot has its Job (whenever it came) or
+    # is counted in its ScheduledJob's status.slotsSkipped; `unaccounted` is neither (must be 0).
+    after_created: int = 0
+    after_skipped: dict[str, int] = field(default_factory=dict)  # by reason
+    unaccounted: int = 0
     rest_cpu_s_per_min: float = 0.0
     burst_cpu_s_per_min: float = 0.0
     burst_cpu_ms_per_job: float = float("nan")  # the operator's, from the slot to its last Job
@@ -133,6 +138,9 @@ class Phase:
             "settled_rss_mb": self.settled_rss_mb,
             "after_jobs": self.after_jobs,
             "after_unfinished": self.after_unfinished,
+            "after_created": self.after_created,
+            "after_skipped": self.after_skipped,
+            "unaccounted": self.unaccounted,
             "rest_cpu_s_per_min": self.rest_cpu_s_per_min,
             "burst_cpu_s_per_min": self.burst_cpu_s_per_min,
             "burst_cpu_ms_per_job": self.burst_cpu_ms_per_job,
@@ -478,12 +486,17 @@ async def run_phase(
         phase.burst_cpu_ms_per_job = burst_cpu / n * 1000
         phase.after_rss_mb, phase.after_quiet_s = await rest_after_bursts(api, path, names, sampler)
         phase.after_jobs, phase.after_unfinished = watcher.jobs_in(namespace)
+        phase.after_created = len(watcher.lags_for(measured))
+        phase.after_skipped = await skipped_slots(api, path)
+        phase.unaccounted = phase.expected - phase.after_created - sum(phase.after_skipped.values())
         await asyncio.sleep(SETTLE + REST_WINDOW)
         phase.settled_rss_mb = sampler.window(time.time() - REST_WINDOW, time.time())[0]
         print(
             f"  {controller}: at rest {phase.after_quiet_s:.0f} s after suspending: "
             f"RSS {phase.after_rss_mb:.0f} MB ({phase.settled_rss_mb:.0f} MB {SETTLE:.0f} s "
-            f"later), {phase.after_jobs} Jobs ({phase.after_unfinished} unfinished)",
+            f"later), {phase.after_jobs} Jobs ({phase.after_unfinished} unfinished); "
+            f"of {phase.expected} slots {phase.after_created} created, skipped "
+            f"{phase.after_skipped or 'none'}, {phase.unaccounted} unaccounted",
             flush=True,
         )
     print(
@@ -526,6 +539,18 @@ async def rest_after_bursts(
             return rss, end - REST_WINDOW - started
         await asyncio.sleep(1.0)
     return float("nan"), float("nan")
+
+
+async def skipped_slots(api: KubeApi, path: str) -> dict[str, int]:
+    """The slots the ScheduledJobs in `path` recorded as skipped, by reason (status.slotsSkipped).
+    The objects are created dormant and armed for the measured slots alone, so every skip counted
+    is one of those."""
+    skipped: dict[str, int] = {}
+    items = (await api.request("GET", path, query=[("resourceVersion", "0")]))["items"]
+    for item in items:
+        for reason, count in ((item.get("status") or {}).get("slotsSkipped") or {}).items():
+            skipped[reason] = skipped.get(reason, 0) + int(count)
+    return skipped
 
 
 async def arm(
@@ -571,6 +596,8 @@ async def wait_settled(api: KubeApi, path: str, n: int, next_slot: datetime | No
     slot."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
+        if next_slot is not None and time.time() >= next_slot.timestamp():
+            return time.time()  # too late for it: arm() aims at a later one
         items = (await api.request("GET", path, query=[("resourceVersion", "0")]))["items"]
         nexts = [(item.get("status") or {}).get("nextScheduleTime") for item in items]
         if sum(1 for at in nexts if at and next_slot in (None, parse_time(at))) >= n:
@@ -850,6 +877,14 @@ def targets(results: dict[str, Any]) -> list[str]:
             f"the leader never lost its Lease during the bursts: {lease['lost']} times lost, "
             f"{_verdict(lease['lost'] == 0)} ({lease['renewals']})"
         )
+    for n, entry in results["by_n"].items():
+        row = entry["cronlease"]
+        if "unaccounted" in row:
+            verdicts.append(
+                f"every measured slot created or recorded as skipped at N={n}: "
+                f"{row['after_created']} created, skipped {row['after_skipped'] or 'none'}, "
+                f"{row['unaccounted']} unaccounted, {_verdict(row['unaccounted'] == 0)}"
+            )
     for n, entry in results["by_n"].items():
         ours, theirs = entry["cronlease"]["p99"], entry["cronjob"]["p99"]
         verdicts.append(

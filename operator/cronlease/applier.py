@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -356,7 +357,9 @@ class Applier:
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             return  # no verdict (429, 5xx, the fence's cache): checked again next time
-        self._checked[sj.namespace, sj.name] = (sj.uid, sj.generation)
+        # Interned, as the model's and the Events' copies are: one string each, not three.
+        key = (sys.intern(sj.namespace), sys.intern(sj.name))
+        self._checked[key] = (sys.intern(sj.uid), sj.generation)
 
     def forget(self, key: Key) -> None:
         """The ScheduledJob is gone: a churn of short-lived ones must not pile up here."""

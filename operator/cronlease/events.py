@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,20 +112,37 @@ class EventNotWritten(Exception):
 @dataclass(slots=True, eq=False)
 class EventSeries:
     """One key's Event: what the API server holds, as far as this replica knows, and the
-    occurrences not yet written."""
+    occurrences not yet written.
+
+    The recorder keeps one per key for an hour (`keep`): at 5,000 ScheduledJobs that is 10,000 of
+    them at rest, so an idle one keeps only what the next write needs. The message goes once
+    written, the name is derived again when a write needs it, the first timestamp is a number,
+    and the ref's strings are the ones the model already interned (design note 118).
+    """
 
     ref: ObjectRef
     event_type: str
     reason: str
-    name: str
     seen: float  # when the latest occurrence was recorded: the window runs from it
-    message: str = ""  # the latest occurrence's
+    message: str = ""  # the latest occurrence's, until it is written
     pending: int = 0  # occurrences not yet written
     pending_since: float = 0.0  # when the first of them was recorded
     count: int = 0  # the Event's count in the current series; 0: the series is not written yet
-    first: str = ""  # the current series' firstTimestamp
+    first: float = 0.0  # the current series' firstTimestamp (epoch seconds)
     version: str = ""  # the Event's resourceVersion as last read or written; "": none known
     writer: bool = False  # a write is scheduled or under way
+
+    @property
+    def name(self) -> str:
+        return event_name(self.ref, self.event_type, self.reason)
+
+
+def _shared(ref: ObjectRef) -> ObjectRef:
+    """`ref` with interned strings: the model keeps the namespace and the ScheduledJob's uid
+    interned, so a series held for an hour shares them instead of pinning its own copies."""
+    return ObjectRef(
+        sys.intern(ref.namespace), sys.intern(ref.name), sys.intern(ref.uid), sys.intern(ref.kind)
+    )
 
 
 class EventRecorder:
@@ -167,11 +185,13 @@ class EventRecorder:
         key = (ref.uid, event_type, reason)
         series = self._series.pop(key, None)
         if series is None:
-            series = EventSeries(ref, event_type, reason, event_name(ref, event_type, reason), now)
+            ref = _shared(ref)
+            key = (ref.uid, event_type, reason)
+            series = EventSeries(ref, event_type, reason, now)
         elif now - series.seen > self.window and not series.writer:
             # The series ended: the next write starts it anew. (An occurrence that finds a write
             # still under way joins that write's series.)
-            series.count, series.first = 0, ""
+            series.count, series.first = 0, 0.0
         self._series[key] = series
         self._expire(now)
         series.seen, series.message = now, message
@@ -220,6 +240,8 @@ class EventRecorder:
             return True
         if failed:  # they go with the next occurrence's write: no retry loop of our own
             series.pending, series.pending_since = count, since
+        else:
+            series.message = ""  # written: an idle series keeps no text
         series.writer = False
         return False
 
@@ -233,14 +255,14 @@ class EventRecorder:
         ref = series.ref
         for _ in range(ATTEMPTS):
             if not series.count:  # a new series starts at its first unwritten occurrence
-                series.first = stamp(since)
+                series.first = since
             total = series.count + count
             try:
                 if series.version:
                     patch = {
                         "metadata": {"resourceVersion": series.version},
                         "count": total,
-                        "firstTimestamp": series.first,
+                        "firstTimestamp": stamp(series.first),
                         "lastTimestamp": stamp(latest),
                         "message": message[:1024],
                     }
@@ -254,7 +276,7 @@ class EventRecorder:
                         self.instance(),
                         name=series.name,
                         count=total,
-                        first=series.first,
+                        first=stamp(series.first),
                         last=stamp(latest),
                     )
                     written = await self.api.create_event(body)
@@ -290,8 +312,10 @@ class EventRecorder:
         series.version = str(existing["metadata"]["resourceVersion"])
         last = parse_time(existing.get("lastTimestamp"))
         count = existing.get("count")
-        if last is not None and now - last.timestamp() <= self.window and isinstance(count, int):
+        first = parse_time(existing.get("firstTimestamp"))
+        recent = last is not None and now - last.timestamp() <= self.window
+        if recent and first is not None and isinstance(count, int):
             series.count = max(count, 0)
-            series.first = str(existing.get("firstTimestamp") or series.first)
+            series.first = first.timestamp()
         else:
             series.count = 0

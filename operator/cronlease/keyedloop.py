@@ -191,7 +191,7 @@ class KeyedLoop(Generic[K, F]):
     # The workers
 
     async def _work(self, key: K) -> None:
-        self._queued.discard(key)
+        _discard(self._queued, key)
         self._processing.add(key)
         reconcile_id = uuid.uuid4()  # as text only in a line that is logged
         with self._about(key, reconcile_id):
@@ -224,14 +224,14 @@ class KeyedLoop(Generic[K, F]):
             log.exception("%s: %r: reconcile failed", self.name, key)
             return Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
         except BaseException:  # cancelled (a stop): no longer in flight
-            self._processing.discard(key)
+            _discard(self._processing, key)
             raise
 
     def _done(self, key: K, applied: Applied) -> None:
         """The next wake-up of `key`, from how its reconcile ended."""
-        self._processing.discard(key)
+        _discard(self._processing, key)
         again = key in self._again
-        self._again.discard(key)
+        _discard(self._again, key)
         if applied.outcome is Outcome.RETRY:
             failures = 0 if applied.progress else self._failures.get(key, 0)
             failures = self._failures[key] = failures + 1
@@ -263,3 +263,11 @@ class KeyedLoop(Generic[K, F]):
         """Until no reconcile is queued or running, second stages included (tests end here)."""
         await self._workers.drain()  # before the writers: workers hand them their records
         await self._writers.drain()
+
+
+def _discard(keys: set[K], key: K) -> None:
+    """Take `key` out of `keys`. A set never shrinks its table as it empties: one that held a
+    burst's 5,000 keys kept 0.5 MB at rest, three per loop. Cleared once empty, it frees it."""
+    keys.discard(key)
+    if not keys:
+        keys.clear()

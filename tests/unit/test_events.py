@@ -4,6 +4,7 @@ recurs, found again by a later leader, and started anew after a pause longer tha
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -259,3 +260,35 @@ async def test_memory_is_one_entry_per_key_dropped_when_idle_or_beyond_the_cap()
     now[0] = recorder.keep + 1
     recorder.record(REF, "Normal", FORBID, "")
     assert len(recorder) == 1  # the idle ones went
+
+
+async def test_an_idle_series_keeps_no_text_and_shares_the_models_strings() -> None:
+    """The recorder holds a series per key for an hour: at 5,000 ScheduledJobs, 10,000 of them
+    at rest (design note 118). Once written, a series keeps neither the message nor a name of its
+    own, and its ref's strings are the interned ones the model holds."""
+    shell = Shell()
+    uid = "".join(["uid-", "report"])  # built at run time: not the literal's interned copy
+    interned = sys.intern("uid-report")
+    occur(shell, ObjectRef(NAMESPACE, "report", uid), FORBID, times=2)
+    await shell.applier.drain()
+    [series] = shell.applier.events._series.values()
+    assert (series.message, series.pending, series.count) == ("", 0, 2)
+    assert series.ref.uid is interned
+    assert not hasattr(series, "__dict__")
+    assert events(shell)[0]["message"] == "occurrence 1"  # the text went out before it went
+
+
+async def test_an_unreadable_first_timestamp_starts_the_series_anew() -> None:
+    """Input someone else can write: an Event under our name whose firstTimestamp cannot be read
+    is not continued (its count would be a count since an unknown time)."""
+    shell = Shell()
+    occur(shell, REF, FORBID, times=2)
+    await shell.applier.drain()
+    [event] = events(shell)
+    name = event["metadata"]["name"]
+    shell.server.edit(*EVENTS, NAMESPACE, name, {"count": 40, "firstTimestamp": "yesterday"})
+    occur(shell, REF, FORBID)
+    await shell.applier.drain()
+    [after] = events(shell)
+    assert after["count"] == 1
+    assert after["firstTimestamp"] == "2026-01-05T08:31:00.250Z"
