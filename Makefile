@@ -39,7 +39,7 @@ plugin: $(PLUGIN_VENV)/.installed ## the kubectl plugin in its own venv: .venv-p
 PLUGIN_DIST := .cache/plugin-dist
 PLUGIN_WHEEL := $(PLUGIN_DIST)/kubectl_cronlease-$(VERSION)-py3-none-any.whl
 
-$(PLUGIN_WHEEL): $(VENV)/.installed pyproject.toml LICENSE hack/plugin_dist.py $(wildcard operator/cronlease/*.py) $(wildcard operator/cronlease/kubectl/*.py)
+$(PLUGIN_WHEEL): $(VENV)/.installed pyproject.toml LICENSE hack/plugin_dist.py $(shell find operator/cronlease -name "*.py")
 	$(BIN)/python hack/plugin_dist.py wheel --out $(PLUGIN_DIST)
 
 plugin-dist: venv $(PLUGIN_WHEEL) ## the plugin's wheel, kubectl-cronlease (pipx install .cache/plugin-dist/kubectl_cronlease-<version>-py3-none-any.whl)
@@ -67,7 +67,7 @@ crds: venv ## write the JobSpec schemas in crds/ (and the chart's copies) from t
 	$(BIN)/python hack/crdgen.py
 
 # Rebuilt when an input of the Dockerfile or of the build scripts changed (bases: hack/image/bases.sh).
-$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(wildcard operator/cronlease/*.py) $(wildcard operator/cronlease/kubectl/*.py) $(wildcard hack/image/*)
+$(IMAGE_ARCHIVE): Dockerfile .dockerignore pyproject.toml README.md LICENSE $(shell find operator/cronlease -name "*.py") $(wildcard hack/image/*)
 	bash hack/image/build.sh
 
 image: $(IMAGE_ARCHIVE) ## the operator image from Dockerfile, by buildah, into .cache/image/cronlease-<version>.oci.tar
@@ -93,9 +93,10 @@ node-up: venv controlplane image ## a real node beside kwok's (containerd, runc,
 node-down: venv ## stop the real node and take back what it changed on the host
 	$(BIN)/python -m devcluster node-down
 
-lint: venv ## ruff lint and format check
+lint: venv ## ruff lint and format check, and the layers' import contracts (pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: venv ## mypy --strict (the package, the tooling under hack/, and the benches)
 	$(BIN)/mypy

@@ -40,7 +40,8 @@ from typing import Any
 
 import cpu_pinning
 from burst_profiles import DEFAULT_SECONDS, Profiler
-from cronlease.kube import (
+from cronlease.core.names.naming import ANNOTATION_SCHEDULED_AT, parse_time
+from cronlease.shell.kube import (
     JOBS,
     NAMESPACES,
     SCHEDULEDJOBS,
@@ -50,8 +51,7 @@ from cronlease.kube import (
     connect,
     resource_path,
 )
-from cronlease.listwatch import ListWatch
-from cronlease.naming import ANNOTATION_SCHEDULED_AT, parse_time
+from cronlease.shell.listwatch import ListWatch
 from devcluster import ensure_cluster
 from devcluster.cluster import kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
@@ -72,7 +72,7 @@ REST_WINDOW = 8.0  # seconds of quiet measured just before each first slot
 QUIET_CPU = 0.05  # of a core: the operator at rest after the bursts (rest_after_bursts)
 QUIET_LIMIT = 300.0  # seconds to wait for that rest
 # Seconds from that reading to the settled one: within seconds of quiet the operator closes its
-# idle connections and trims its heap (cronlease.kube.IDLE_CONNECTION, heaptrim.TRIM_EVERY).
+# idle connections and trims its heap (cronlease.shell.kube.IDLE_CONNECTION, heaptrim.TRIM_EVERY).
 SETTLE = 30.0
 # The schedule the objects are created with: none of its instants comes within the phase (the
 # next is 29 February 2028 at midnight). See arm().

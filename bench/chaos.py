@@ -92,7 +92,7 @@ from chaos_steps import RunSeen, StepSeen, audit_steps, is_step_job, step_seen
 
 # The operator's API plumbing only (a client, a list-then-watch); what the audit expects, it
 # works out for itself.
-from cronlease.kube import (
+from cronlease.shell.kube import (
     JOBS,
     LEASES,
     NAMESPACES,
@@ -103,7 +103,7 @@ from cronlease.kube import (
     connect,
     resource_path,
 )
-from cronlease.listwatch import ListWatch
+from cronlease.shell.listwatch import ListWatch
 from devcluster import faultproxy
 from devcluster.cluster import Cluster, cluster_dir, ensure_cluster
 from devcluster.faultproxy import FaultProxy, Rule

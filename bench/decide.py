@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bench_results import save_results
-from cronlease.decision import ScheduledJobView
-from cronlease.jobtemplate import build_job
-from cronlease.naming import format_time
-from cronlease.reconcile import decide
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.decision import ScheduledJobView
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.names.naming import format_time
 
 RESULTS = Path(__file__).with_name("results")
 SLOT = datetime(2026, 12, 1, 10, tzinfo=UTC)  # every ScheduledJob's slot: a burst

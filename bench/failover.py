@@ -30,8 +30,16 @@ from typing import Any
 from bench_results import save_results
 from chaos_runs import Seen, parse_instant
 from chaos_runs import seen as first_sighting
-from cronlease.kube import JOBS, LEASES, NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
-from cronlease.listwatch import ListWatch
+from cronlease.shell.kube import (
+    JOBS,
+    LEASES,
+    NAMESPACES,
+    SCHEDULEDJOBS,
+    KubeApi,
+    connect,
+    resource_path,
+)
+from cronlease.shell.listwatch import ListWatch
 from devcluster import ensure_cluster
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.kwok import kwok_pod_template

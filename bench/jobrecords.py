@@ -2,8 +2,8 @@
 
 N ScheduledJobs (in the model, as their watch puts them) with S finished Jobs each, the shape of
 `make bench` at N=5000 after its two slots: each Job is the operator's own (built by
-`cronlease.jobtemplate.build_job`, with the fields the API server and the Job controller add),
-serialised, and parsed again from its own JSON as the Job watch does, then fed to
+`cronlease.core.bodies.jobtemplate.build_job`, with the fields the API server and the Job controller
+add), serialised, and parsed again from its own JSON as the Job watch does, then fed to
 `Model.upsert_job`. tracemalloc counts what stays allocated once the garbage is collected, by the
 line that allocated it.
 
@@ -25,10 +25,10 @@ from typing import Any
 import orjson
 
 from bench_results import save_results
-from cronlease.decision import PlannedRun, ScheduledJobView
-from cronlease.jobtemplate import build_job
-from cronlease.model import Model
-from cronlease.naming import TRIGGER_SCHEDULE, format_time, scheduled_job_name
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.decision import PlannedRun, ScheduledJobView
+from cronlease.core.names.naming import TRIGGER_SCHEDULE, format_time, scheduled_job_name
+from cronlease.shell.model import Model
 
 RESULTS = Path(__file__).with_name("results")
 NAMESPACE = "bench-records"

@@ -42,7 +42,7 @@ from bench import (
     scheduled,
 )
 
-from cronlease.kube import KubeApi, connect, resource_path
+from cronlease.shell.kube import KubeApi, connect, resource_path
 from devcluster import ensure_cluster
 from devcluster.replica import REPO
 from operator_jobs import operator_jobs

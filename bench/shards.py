@@ -25,8 +25,8 @@ from typing import Any
 from decide import SLOT, scheduledjob
 
 from bench_results import save_results
-from cronlease.jobtemplate import build_job
-from cronlease.reconcile import decide
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.reconcile import decide
 from shard_model import Leader, Slot, largest_burst, percentile, simulate
 
 RESULTS = Path(__file__).with_name("results")

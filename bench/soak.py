@@ -4,11 +4,11 @@ Issue 13's soak is two hours of 1,000 per-minute ScheduledJobs with history clea
 every minute. This is its equivalent in-process, with no cluster and no clock: 1,000 ScheduledJobs
 run once per simulated minute for about 1,000 minutes, and history cleanup deletes each one's
 oldest Job once it keeps three, a million deletions in all. Everything reaches the real
-`cronlease.model.Model` the way the operator feeds it:
+`cronlease.shell.model.Model` the way the operator feeds it:
 
 - watch events (ADDED, MODIFIED as the Job runs, finishes and has its slot-record finalizer
-  released, DELETED) through the Job watch's own observer (`cronlease.modelwatch`), each parsed
-  from a JSON line as the list-then-watch does;
+  released, DELETED) through the Job watch's own observer (`cronlease.shell.modelwatch`), each
+  parsed from a JSON line as the list-then-watch does;
 - create responses and status-write responses inside `Model.reading()`, 64 in flight at once
   (the applier's acting slots), each answered after the watch events that overtook it, so that
   every deletion meets reads in flight and leaves a tombstone;
@@ -43,11 +43,7 @@ from typing import Any
 
 import orjson
 
-from cronlease.kube import LIST_PAGE, KubeApi
-from cronlease.listwatch import Observer
-from cronlease.model import Model
-from cronlease.modelwatch import JobWatch
-from cronlease.naming import (
+from cronlease.core.names.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
     ANNOTATION_SCHEDULED_AT,
@@ -57,6 +53,10 @@ from cronlease.naming import (
     TRIGGER_SCHEDULE,
     format_time,
 )
+from cronlease.shell.kube import LIST_PAGE, KubeApi
+from cronlease.shell.listwatch import Observer
+from cronlease.shell.model import Model
+from cronlease.shell.modelwatch import JobWatch
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "soak"
@@ -230,7 +230,7 @@ class Soak:
         self.args = args
         self.changes = 0
         self.model = Model(self._changed, on_job_finished=lambda job: None)
-        # The operator's Job watch, for its observer and listing hook (cronlease.modelwatch).
+        # The operator's Job watch, for its observer and listing hook (cronlease.shell.modelwatch).
         job_watch = JobWatch(KubeApi(NoTransport()), self.model, (), asyncio.Event())
         self.list_watch = job_watch._watch("")
         self.observer: Observer = self.list_watch.observer
@@ -461,9 +461,9 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
 def _code() -> str:
     """The last commit of the operator code that runs (this checkout's, unless PYTHONPATH points
     elsewhere), marked if it has changes of its own."""
-    import cronlease.model
+    import cronlease.shell.model
 
-    operator = Path(cronlease.model.__file__).resolve().parent.parent
+    operator = Path(cronlease.shell.model.__file__).resolve().parent.parent
     git = ["git", "-C", str(operator)]
     try:
         commit = subprocess.run(

@@ -44,7 +44,7 @@ from bench import (
 )
 
 from bench_results import save_results
-from cronlease.kube import NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
+from cronlease.shell.kube import NAMESPACES, SCHEDULEDJOBS, KubeApi, connect, resource_path
 from devcluster import ensure_cluster
 from devcluster.cluster import kubectl
 from devcluster.install import install_chart, service_account_kubeconfig

@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from cronlease.decision import PlannedRun, ScheduledJobView
-from cronlease.jobtemplate import build_job
-from cronlease.kube import KubeApi, resource_path
-from cronlease.naming import FINALIZER_SLOT_RECORD
-from cronlease.runenv import CONTAINER_LISTS
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.bodies.runenv import CONTAINER_LISTS
+from cronlease.core.decide.decision import PlannedRun, ScheduledJobView
+from cronlease.core.names.naming import FINALIZER_SLOT_RECORD
+from cronlease.shell.kube import KubeApi, resource_path
 
 UNFENCED = re.compile(r"([\"'])cronlease\.io/")  # a key of ours, not kwok.cronlease.io's
 ANNOTATION_PATH = "metadata.annotations['"  # a downward-API variable's fieldPath, up to the key

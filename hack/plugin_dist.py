@@ -44,8 +44,8 @@ ENTRIES = ("cronlease.kubectl.cli", "cronlease.kubectl.completion", "cronlease.k
 # What the plugin's modules may import beyond the standard library (the `plugin` group and the
 # schedule arithmetic), by import name; tests/unit/test_kubectl_dist.py holds the closure to it.
 THIRD_PARTY = frozenset({"kubernetes", "urllib3", "yaml", "croniter"})
-# The operator's dependencies the plugin also needs: croniter (cronlease.cron) and tzdata
-# (zoneinfo on hosts without a time zone database).
+# The operator's dependencies the plugin also needs: croniter (cronlease.core.schedule.cron) and
+# tzdata (zoneinfo on hosts without a time zone database).
 SHARED_DEPENDENCIES = ("croniter", "tzdata")
 SCRIPTS = {
     "kubectl-cronlease": "cronlease.kubectl.cli:main",
@@ -117,8 +117,9 @@ def dependencies(meta: dict[str, Any]) -> list[str]:
     return [*meta["optional-dependencies"]["plugin"], *shared]
 
 
-def pyproject(meta: dict[str, Any]) -> str:
-    """The staged pyproject.toml (TOML's basic strings read JSON's escapes)."""
+def pyproject(meta: dict[str, Any], packages: Iterable[str]) -> str:
+    """The staged pyproject.toml (TOML's basic strings read JSON's escapes), naming the packages
+    the closure reaches (the core's, the plugin's)."""
     q = json.dumps
     lines = [
         "[build-system]",
@@ -138,7 +139,7 @@ def pyproject(meta: dict[str, Any]) -> str:
         *(f"{q(script)} = {q(target)}" for script, target in SCRIPTS.items()),
         "",
         "[tool.setuptools]",
-        'packages = ["cronlease", "cronlease.kubectl"]',
+        f"packages = {q(sorted(packages))}",
         "",
     ]
     return "\n".join(lines)
@@ -160,13 +161,15 @@ def stage(out: Path, meta: dict[str, Any]) -> Path:
     """The staging tree: the closure's modules, pyproject.toml, README.md, LICENSE."""
     src = out / "src"
     shutil.rmtree(src, ignore_errors=True)
-    for module in sorted(closure()):
+    modules = closure()
+    for module in sorted(modules):
         path = _path(module)
         assert path is not None
         target = src / path.relative_to(SOURCES)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-    (src / "pyproject.toml").write_text(pyproject(meta))
+    packages = {m for m in modules if _path(m) == SOURCES / m.replace(".", "/") / "__init__.py"}
+    (src / "pyproject.toml").write_text(pyproject(meta, packages))
     (src / "README.md").write_text(README.format(version=meta["version"]))
     shutil.copyfile(REPO / "LICENSE", src / "LICENSE")
     return src

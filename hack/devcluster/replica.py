@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cronlease.leadership import ElectionConfig
+from cronlease.shell.leadership import ElectionConfig
 from devcluster.processes import free_port
 
 if TYPE_CHECKING:

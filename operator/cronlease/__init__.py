@@ -1,10 +1,10 @@
-"""cronlease: a Kubernetes operator that creates Jobs on schedule, exactly once per slot."""
+"""cronlease: a Kubernetes operator that creates Jobs on schedule, exactly once per slot.
 
-GROUP = "cronlease.io"
-VERSION = "v1alpha1"
-PLURAL = "scheduledjobs"
-KIND = "ScheduledJob"
-REQUEST_PLURAL = "runrequests"
-REQUEST_KIND = "RunRequest"
-RUN_PLURAL = "runs"
-RUN_KIND = "Run"
+The package is layered (docs/architecture.md); no layer imports one above it (`make lint`):
+
+- `cronlease.app`: the process: options, wiring, health, the heartbeat command.
+- `cronlease.shell`: I/O: the API client, watches and the model, the keyed loop, the fenced
+  writer, the controllers (scheduler, supervisor), Events and metrics.
+- `cronlease.core`: pure rules, "now" passed in: names, schedules, the spec, decisions, bodies.
+- `cronlease.kubectl`: the kubectl plugin; it imports only the core.
+"""

@@ -1,5 +1,5 @@
 """python -m cronlease"""
 
-from cronlease.main import main
+from cronlease.app.main import main
 
 main()

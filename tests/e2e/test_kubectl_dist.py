@@ -70,7 +70,7 @@ def venv(dist: Path) -> Path:
 def test_the_wheel_installs_alone_and_reports_its_version(venv: Path) -> None:
     shown = run(venv / "bin" / "kubectl-cronlease", "--version")
     assert (shown.returncode, shown.stdout) == (0, f"kubectl-cronlease {VERSION}\n")
-    for module in ("kopf", "aiohttp", "prometheus_client", "cronlease.reconcile"):
+    for module in ("kopf", "aiohttp", "prometheus_client", "cronlease.core.decide.reconcile"):
         probe = run(venv / "bin" / "python", "-c", f"import {module}")
         assert probe.returncode == 1, module
         assert "ModuleNotFoundError" in probe.stderr

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from cronlease import metricseries
+from cronlease.shell import metricseries
 from devcluster.cluster import bin_dir
 from devcluster.install import CHART, service_account_kubeconfig
 from devcluster.processes import free_port, spawn, stop

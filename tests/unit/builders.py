@@ -1,6 +1,6 @@
-"""Builders for the inputs of cronlease.reconcile.decide(): a ScheduledJobView and its JobInfos,
-and a World that chains decisions as the shell applies them; and for those of
-cronlease.supervision.supervise(): a RunView and its StepJobs.
+"""Builders for the inputs of cronlease.core.decide.reconcile.decide(): a ScheduledJobView and its
+JobInfos, and a World that chains decisions as the shell applies them; and for those of
+cronlease.core.decide.supervision.supervise(): a RunView and its StepJobs.
 
 Everything takes fixed, aware UTC datetimes; nothing here reads the clock.
 """
@@ -12,18 +12,18 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronlease.decision import Decision, DeletionReason, RequestTarget, ScheduledJobView
-from cronlease.jobinfo import JobInfo, JobState
-from cronlease.naming import (
+from cronlease.core.decide.decision import Decision, DeletionReason, RequestTarget, ScheduledJobView
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.decide.supervision import Action, RunView, StepJob
+from cronlease.core.names.jobinfo import JobInfo, JobState
+from cronlease.core.names.naming import (
     ANNOTATION_RUN_NOW,
     TRIGGER_SCHEDULE,
     format_time,
     scheduled_job_name,
 )
-from cronlease.reconcile import decide
-from cronlease.spec import parse_spec
-from cronlease.steps import OnFailure, Step, Steps, snapshot
-from cronlease.supervision import Action, RunView, StepJob
+from cronlease.core.specs.spec import parse_spec
+from cronlease.core.specs.steps import OnFailure, Step, Steps, snapshot
 
 NAME = "backup"
 NAMESPACE = "team-a"
@@ -288,7 +288,7 @@ def names(items: Iterable[Any]) -> list[str]:
     return [item.job_name for item in items]
 
 
-# --- multi-step Runs (cronlease.supervision) ------------------------------------------------------
+# --- multi-step Runs (cronlease.core.decide.supervision) ------------------------------------------
 
 # When the builders' Runs run: a finished StepJob ends then unless told otherwise.
 RUN_START = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)

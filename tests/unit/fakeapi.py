@@ -1,4 +1,4 @@
-"""A fake API server for unit tests of the shell: a `cronlease.kube.Transport` in memory.
+"""A fake API server for unit tests of the shell: a `cronlease.shell.kube.Transport` in memory.
 
 It models what the shell relies on, and nothing else:
 - objects with uids, resourceVersions (one counter, like etcd's), generations, creation times;
@@ -37,9 +37,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from cronlease.applier import FENCING_MESSAGE
-from cronlease.kube import ApiError, Query, TransportError
-from cronlease.naming import ANNOTATION_FENCING_TOKEN, ANNOTATION_LEADER, LABEL_SCHEDULEDJOB
+from cronlease.core.names.naming import (
+    ANNOTATION_FENCING_TOKEN,
+    ANNOTATION_LEADER,
+    LABEL_SCHEDULEDJOB,
+)
+from cronlease.shell.applier import FENCING_MESSAGE
+from cronlease.shell.kube import ApiError, Query, TransportError
 
 PATH = re.compile(
     r"^/(?:api|apis)/(?P<gv>v1|[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"

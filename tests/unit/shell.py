@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 from builders import CREATED, NAMESPACE, job_template
 from fakeapi import FakeApiServer
 
-from cronlease.applier import Applied, Applier
-from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS, KubeApi
-from cronlease.leadership import Leadership, SoleLeader
-from cronlease.model import Key, Model
-from cronlease.modelwatch import JobWatch
-from cronlease.scheduler import Scheduler
-from cronlease.wakeups import WakeupQueue
+from cronlease.shell.applier import Applied, Applier
+from cronlease.shell.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS, KubeApi
+from cronlease.shell.leadership import Leadership, SoleLeader
+from cronlease.shell.model import Key, Model
+from cronlease.shell.modelwatch import JobWatch
+from cronlease.shell.scheduler import Scheduler
+from cronlease.shell.wakeups import WakeupQueue
 
 EVERY_MINUTE = "* * * * *"
 # The first slot after CREATED, and a moment when it is due and on time.

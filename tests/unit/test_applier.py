@@ -13,10 +13,10 @@ import pytest
 from builders import NAMESPACE
 from shell import SLOT, Shell, eventually
 
-from cronlease.applier import FENCING_MESSAGE, FollowUp, Outcome
-from cronlease.kube import JOBS, LEASES
-from cronlease.leadership import ElectionConfig, LeaseElector, SoleLeader
-from cronlease.naming import format_time, scheduled_job_name
+from cronlease.core.names.naming import format_time, scheduled_job_name
+from cronlease.shell.applier import FENCING_MESSAGE, FollowUp, Outcome
+from cronlease.shell.kube import JOBS, LEASES
+from cronlease.shell.leadership import ElectionConfig, LeaseElector, SoleLeader
 
 JOB = scheduled_job_name("report", SLOT, with_seconds=False)
 JOB_PATH = r"/jobs$"

@@ -12,10 +12,10 @@ import yaml
 from builders import condition, processed, run_at_spec, run_view, spec, step_job, utc, view
 from lupa import lua51
 
-from cronlease.jobinfo import JobState
-from cronlease.reconcile import decide
-from cronlease.runrequest import summarize_request
-from cronlease.supervision import supervise
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.decide.runrequest import summarize_request
+from cronlease.core.decide.supervision import supervise
+from cronlease.core.names.jobinfo import JobState
 
 ARGOCD = Path(__file__).resolve().parents[2] / "manifests" / "argocd"
 SCRIPT = (ARGOCD / "health.lua").read_text()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cronlease.spec import CatchUp, ConcurrencyPolicy
+from cronlease.core.specs.spec import CatchUp, ConcurrencyPolicy
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "cronlease.io_scheduledjobs.yaml"
 
@@ -188,8 +188,8 @@ def test_every_trigger_and_result_the_operator_writes_is_in_the_schema(
     schema: dict[str, Any],
 ) -> None:
     """A value the schema does not list makes the API server refuse the whole status write."""
-    from cronlease.naming import REQUEST_TRIGGERS, TRIGGER_MANUAL, TRIGGER_SCHEDULE
-    from cronlease.reconcile import RESULTS
+    from cronlease.core.decide.reconcile import RESULTS
+    from cronlease.core.names.naming import REQUEST_TRIGGERS, TRIGGER_MANUAL, TRIGGER_SCHEDULE
 
     entry = schema["properties"]["status"]["properties"]["recentRuns"]["items"]["properties"]
     assert {TRIGGER_SCHEDULE, TRIGGER_MANUAL, *REQUEST_TRIGGERS} == set(entry["trigger"]["enum"])

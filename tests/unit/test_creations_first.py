@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cronlease.applier import CreationsFirst
+from cronlease.shell.applier import CreationsFirst
 
 
 async def test_a_write_waits_until_every_pending_creation_is_done() -> None:

@@ -1,4 +1,4 @@
-"""Tests for cronlease.cron: parsing, slot enumeration and the DST time rule."""
+"""Tests for cronlease.core.schedule.cron: parsing, slot enumeration and the DST time rule."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cronlease.cron import MACROS, Schedule, ScheduleError, is_valid_time_zone
+from cronlease.core.schedule.cron import MACROS, Schedule, ScheduleError, is_valid_time_zone
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"

@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from croniter import croniter
 
-from cronlease.cron import MACROS, Schedule, ScheduleError
-from cronlease.spec import SpecError, parse_spec
+from cronlease.core.schedule.cron import MACROS, Schedule, ScheduleError
+from cronlease.core.specs.policies import SpecError
+from cronlease.core.specs.spec import parse_spec
 
 AFTER, UNTIL = datetime(2025, 1, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)
 SLOTS = 300  # compared one by one before each of a few instants

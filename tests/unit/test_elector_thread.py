@@ -1,5 +1,5 @@
-"""The elector on its own thread (cronlease.electorthread), on the fake API server, in real time:
-what it is for is that renewals go on while the operator's loop is busy, and that a standby
+"""The elector on its own thread (cronlease.shell.electorthread), on the fake API server, in real
+time: what it is for is that renewals go on while the operator's loop is busy, and that a standby
 watching the Lease takes over the moment it is released."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from fakeapi import FakeApiServer
 from prometheus_client import REGISTRY
 from shell import eventually
 
-from cronlease.electorthread import ThreadedElector, lease_watch
-from cronlease.kube import LEASES, KubeApi
-from cronlease.leadership import ElectionConfig, LeaseElector
+from cronlease.shell.electorthread import ThreadedElector, lease_watch
+from cronlease.shell.kube import LEASES, KubeApi
+from cronlease.shell.leadership import ElectionConfig, LeaseElector
 
 NS, NAME = "cronlease-system", "cronlease-leader"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"

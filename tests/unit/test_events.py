@@ -11,10 +11,10 @@ from typing import Any
 from builders import NAMESPACE
 from shell import Shell, eventually
 
-from cronlease.applier import Outcome
-from cronlease.decision import ObjectRef
-from cronlease.events import MAX_NAME, EventRecorder, event_name
-from cronlease.kube import EVENTS, KubeApi
+from cronlease.core.decide.decision import ObjectRef
+from cronlease.shell.applier import Outcome
+from cronlease.shell.events import MAX_NAME, EventRecorder, event_name
+from cronlease.shell.kube import EVENTS, KubeApi
 
 FORBID = "SkippedConcurrencyForbid"
 EVENT_PATH = r"/events(/|$)"

@@ -21,13 +21,8 @@ from test_supervision import (
     view,
 )
 
-from cronlease.jobinfo import JobState
-from cronlease.naming import format_time
-from cronlease.runstore import RunStore
-from cronlease.spec import RetryPolicy
-from cronlease.stepjob import step_job_info, step_job_name
-from cronlease.steps import Compensation, OnFailure, Step, Steps
-from cronlease.supervision import (
+from cronlease.core.bodies.stepjob import step_job_info, step_job_name
+from cronlease.core.decide.supervision import (
     CREATE_REFUSED,
     CREATION_GRACE,
     LINGER_BOUND,
@@ -38,6 +33,11 @@ from cronlease.supervision import (
     StepJobPlan,
     supervise,
 )
+from cronlease.core.names.jobinfo import JobState
+from cronlease.core.names.naming import format_time
+from cronlease.core.specs.policies import RetryPolicy
+from cronlease.core.specs.steps import Compensation, OnFailure, Step, Steps
+from cronlease.shell.runstore import RunStore
 
 # Finding 1: a cancelled step outlives its Run.
 

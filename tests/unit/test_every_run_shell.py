@@ -12,10 +12,10 @@ from builders import NAMESPACE, job_template
 from shell import Shell, eventually
 from test_supervisor import Steps, phases
 
-from cronlease.kube import JOBS, LEASES, RUNS, SCHEDULEDJOBS
-from cronlease.naming import FINALIZER_SUPERVISION
-from cronlease.stepjob import step_job_name
-from cronlease.supervision import Action
+from cronlease.core.bodies.stepjob import step_job_name
+from cronlease.core.decide.supervision import Action
+from cronlease.core.names.naming import FINALIZER_SUPERVISION
+from cronlease.shell.kube import JOBS, LEASES, RUNS, SCHEDULEDJOBS
 
 UNDO = {"jobTemplate": job_template()}
 PARALLEL = [

@@ -14,9 +14,7 @@ from typing import Any
 from builders import NAMESPACE
 from shell import SLOT, Shell
 
-from cronlease.applier import Outcome
-from cronlease.kube import JOBS, SCHEDULEDJOBS
-from cronlease.naming import (
+from cronlease.core.names.naming import (
     ANNOTATION_RUN_NOW,
     FINALIZER_SLOT_RECORD,
     LABEL_SCHEDULEDJOB,
@@ -24,6 +22,8 @@ from cronlease.naming import (
     manual_job_name,
     scheduled_job_name,
 )
+from cronlease.shell.applier import Outcome
+from cronlease.shell.kube import JOBS, SCHEDULEDJOBS
 
 JOB = scheduled_job_name("report", SLOT, with_seconds=False)
 STATUS_PATH = r"/status$"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fakeapi import FakeApiServer
 
-from cronlease.fenceprobe import fencing_refusal
-from cronlease.kube import KubeApi
+from cronlease.shell.fenceprobe import fencing_refusal
+from cronlease.shell.kube import KubeApi
 
 REFUSAL = (
     'jobs.batch "cronlease-fence-probe" is forbidden: ValidatingAdmissionPolicy '

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from cronlease import health
+from cronlease.app import health
 from devcluster.processes import free_port
 
 

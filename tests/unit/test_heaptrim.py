@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cronlease.heaptrim import heap_trimmer, trim_forever
+from cronlease.app.heaptrim import heap_trimmer, trim_forever
 
 PAGE = 4096
 

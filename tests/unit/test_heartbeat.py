@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from fakeapi import FakeApiServer
 
-from cronlease.heartbeat import micro_time, parse_args, renew, renew_forever
-from cronlease.kube import LEASES, KubeApi
+from cronlease.app.heartbeat import micro_time, parse_args, renew, renew_forever
+from cronlease.shell.kube import LEASES, KubeApi
 
 NOW = datetime(2026, 12, 1, 2, 0, 0, 123456, tzinfo=UTC)
 

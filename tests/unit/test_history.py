@@ -36,11 +36,9 @@ from hypothesis.stateful import (
 )
 from shell import Shell
 
-from cronlease.applier import Outcome
-from cronlease.jobinfo import job_info
-from cronlease.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
-from cronlease.leadership import SoleLeader
-from cronlease.naming import (
+from cronlease.core.decide.runrequest import parse_indexes
+from cronlease.core.names.jobinfo import job_info
+from cronlease.core.names.naming import (
     ANNOTATION_MAX_ATTEMPTS,
     ANNOTATION_REQUEST_INDEX,
     ANNOTATION_REQUEST_UID,
@@ -56,7 +54,9 @@ from cronlease.naming import (
     format_time,
     parse_time,
 )
-from cronlease.runrequest import parse_indexes
+from cronlease.shell.applier import Outcome
+from cronlease.shell.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS
+from cronlease.shell.leadership import SoleLeader
 
 NAME = "report"
 PERIOD = 10  # seconds: the schedule below

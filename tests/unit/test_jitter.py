@@ -10,10 +10,11 @@ from builders import CREATED, after_apply, processed, seconds, spec, utc, view
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cronlease.cron import Schedule
-from cronlease.jitter import jitter
-from cronlease.reconcile import decide
-from cronlease.spec import SpecError, parse_spec
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.schedule.cron import Schedule
+from cronlease.core.schedule.jitter import jitter
+from cronlease.core.specs.policies import SpecError
+from cronlease.core.specs.spec import parse_spec
 
 H09 = utc(2026, 1, 5, 9)
 HOURLY_JITTER = 600  # up to 10 minutes after each hourly slot

@@ -1,4 +1,4 @@
-"""The keyed loop (cronlease.keyedloop) at rest after a burst keeps nothing of its size."""
+"""The keyed loop (cronlease.shell.keyedloop) at rest after a burst keeps nothing of its size."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import sys
 
 from shell import eventually
 
-from cronlease.keyedloop import Applied, KeyedLoop, Outcome
-from cronlease.leadership import SoleLeader
-from cronlease.wakeups import WakeupQueue
+from cronlease.shell.keyedloop import Applied, KeyedLoop, Outcome
+from cronlease.shell.leadership import SoleLeader
+from cronlease.shell.wakeups import WakeupQueue
 
 BURST = 2000
 

@@ -1,6 +1,6 @@
-"""Ready, Reconciling and Stalled (cronlease.conditions) as the kstatus conventions want them, on
-every kind the operator writes status for, read by sigs.k8s.io/cli-utils' kstatus itself: the
-statuses the operator computes are piped into hack/kstatus (`make kstatus` builds it into
+"""Ready, Reconciling and Stalled (cronlease.core.names.conditions) as the kstatus conventions want
+them, on every kind the operator writes status for, read by sigs.k8s.io/cli-utils' kstatus itself:
+the statuses the operator computes are piped into hack/kstatus (`make kstatus` builds it into
 .cache/bin), the library at the version its go.mod pins. tests/e2e/test_ecosystem.py reads real
 objects through it on the control plane; these tests cover every state without a cluster."""
 
@@ -26,13 +26,13 @@ from builders import (
     view,
 )
 
-from cronlease.conditions import READY, RECONCILING, STALLED, Summary, summarize
-from cronlease.jobinfo import JobState
-from cronlease.naming import ANNOTATION_RESUME
-from cronlease.reconcile import decide
-from cronlease.requestplan import plan_waiting
-from cronlease.runrequest import RunRequestView, summarize_request
-from cronlease.supervision import RunView, supervise
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.decide.requestplan import plan_waiting
+from cronlease.core.decide.runrequest import RunRequestView, summarize_request
+from cronlease.core.decide.supervision import RunView, supervise
+from cronlease.core.names.conditions import READY, RECONCILING, STALLED, Summary, summarize
+from cronlease.core.names.jobinfo import JobState
+from cronlease.core.names.naming import ANNOTATION_RESUME
 
 H9 = utc(2026, 1, 5, 9)
 H = [utc(2026, 1, 5, hour) for hour in range(24)]

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import yaml
 
-from cronlease.decision import ScheduledJobView
+from cronlease.core.decide.decision import ScheduledJobView
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.names.naming import format_time, manual_job_name
 from cronlease.kubectl import adopt, commands, context
 from cronlease.kubectl.errors import PluginError
-from cronlease.naming import format_time, manual_job_name
-from cronlease.reconcile import decide
 
 if TYPE_CHECKING:  # the client itself is not installed here (the operator's environment)
     from cronlease.kubectl.client import Api

@@ -25,19 +25,26 @@ def test_the_closure_is_the_pure_core_and_the_client() -> None:
         "cronlease.kubectl.cli",
         "cronlease.kubectl.client",
         "cronlease.kubectl.completion",
-        "cronlease.cron",
-        "cronlease.naming",
+        "cronlease.core.schedule.cron",
+        "cronlease.core.names.naming",
     } <= set(found)
     assert plugin_dist.third_party(found) == plugin_dist.THIRD_PARTY
     for module, imported in found.items():
         assert not imported & OPERATOR_RUNTIME, module
-    # decide() and the shell stay out: first_cursor lives in cronlease.naming for that.
-    assert not {"cronlease.reconcile", "cronlease.applier", "cronlease.main"} & set(found)
+    # decide() and the shell stay out: first_cursor lives in cronlease.core.names.naming for that.
+    assert not {
+        "cronlease.core.decide.reconcile",
+        "cronlease.shell.applier",
+        "cronlease.app.main",
+    } & set(found)
 
 
 def test_the_metadata_follows_the_project() -> None:
     meta = plugin_dist.project()
-    staged = tomllib.loads(plugin_dist.pyproject(meta))["project"]
+    packages = {"cronlease", "cronlease.core", "cronlease.kubectl"}
+    document = tomllib.loads(plugin_dist.pyproject(meta, packages))
+    assert document["tool"]["setuptools"]["packages"] == sorted(packages)
+    staged = document["project"]
     assert staged["name"] == "kubectl-cronlease"
     assert staged["version"] == meta["version"]
     assert staged["requires-python"] == meta["requires-python"]

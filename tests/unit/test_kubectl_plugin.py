@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cronlease.cron import Schedule
+from cronlease.core.names.serverdate import ServerDate
+from cronlease.core.schedule.cron import Schedule
 from cronlease.kubectl.cli import main
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.evidence import gather, subject_of
@@ -21,7 +22,6 @@ from cronlease.kubectl.output import Progress, age, colour, relative, table
 from cronlease.kubectl.translate import translate
 from cronlease.kubectl.views import dead_letters, history, leader, request_progress
 from cronlease.kubectl.window import check_name, parse_instant, parse_window
-from cronlease.serverdate import ServerDate
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
 
@@ -258,7 +258,7 @@ def scheduled_job(**status: Any) -> dict[str, Any]:
 
 
 def job(name: str, slot: str, **extra: Any) -> dict[str, Any]:
-    """A Job as the leader writes it (cronlease.jobinfo's `trusted`)."""
+    """A Job as the leader writes it (cronlease.core.names.jobinfo's `trusted`)."""
     return {
         "metadata": {
             "name": name,

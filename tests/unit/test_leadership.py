@@ -19,8 +19,8 @@ import pytest
 from fakeapi import FakeApiServer
 from shell import eventually
 
-from cronlease.kube import LEASES, ApiError, KubeApi
-from cronlease.leadership import ElectionConfig, LeaseElector
+from cronlease.shell.kube import LEASES, ApiError, KubeApi
+from cronlease.shell.leadership import ElectionConfig, LeaseElector
 
 NS, NAME = "cronlease-system", "cronlease-leader"
 CONFIG = ElectionConfig(NS, NAME, lease_duration=15, renew_deadline=10, retry_period=2)
@@ -416,7 +416,7 @@ async def test_each_bad_value_of_the_lease_is_logged_once(caplog: pytest.LogCapt
     server, clock = FakeApiServer(), Clock()
     server.put(lease("other", 2, leaseDurationSeconds="soon"))
     elector = LeaseElector(KubeApi(server), "me", CONFIG, clock)
-    with caplog.at_level(logging.WARNING, logger="cronlease.leadership"):
+    with caplog.at_level(logging.WARNING, logger="cronlease.shell.leadership"):
         for instant in (0, 2, 4):
             clock.now = instant
             await elector.tick()
@@ -487,7 +487,7 @@ async def test_a_lease_at_the_largest_token_does_not_lock_everyone_out() -> None
     assert (elector.is_leading(), elector.token) == (True, 2**31 - 1)
 
 
-# A standby that watches the Lease (cronlease.electorthread.lease_watch feeds observe()).
+# A standby that watches the Lease (cronlease.shell.electorthread.lease_watch feeds observe()).
 
 
 async def test_a_renewal_the_watch_delivered_is_dated_on_its_arrival_not_at_the_next_read() -> None:

@@ -19,10 +19,10 @@ from builders import NAMESPACE
 from fakeapi import FakeApiServer
 from shell import Shell, eventually
 
-from cronlease import logfields
-from cronlease.naming import format_time, scheduled_job_name
-from cronlease.options import configure_logging
-from cronlease.writer import FENCING_MESSAGE
+from cronlease.app.options import configure_logging
+from cronlease.core.names.naming import format_time, scheduled_job_name
+from cronlease.shell import logfields
+from cronlease.shell.writer import FENCING_MESSAGE
 
 JOB_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
 
@@ -74,7 +74,7 @@ async def test_a_reconcile_s_log_line_names_its_object_run_and_slot(
             await shell.scheduler.drain()
     line = next(r for r in seen if r["msg"].startswith("the fencing policy refuses"))
     assert list(line)[:4] == ["ts", "level", "logger", "msg"]
-    assert (line["level"], line["logger"]) == ("error", "cronlease.writer")
+    assert (line["level"], line["logger"]) == ("error", "cronlease.shell.writer")
     assert line["ts"].endswith("Z")  # RFC 3339 in UTC, as controller-runtime's
     assert abs(datetime.fromisoformat(line["ts"]) - now()).total_seconds() < 60
     assert (line["controller"], line["namespace"], line["name"]) == ("scheduler", NAMESPACE, "once")

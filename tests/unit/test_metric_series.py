@@ -1,5 +1,5 @@
-"""Every series of every labelled counter exists at 0 from the start (cronlease.metricseries), so
-that increase() sees the first event of each label value after a restart; the label values are
+"""Every series of every labelled counter exists at 0 from the start (cronlease.shell.metricseries),
+so that increase() sees the first event of each label value after a restart; the label values are
 the ones the code can emit; and job results are counted once, by the leader."""
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from builders import NAME, utc, view
 from prometheus_client import Counter
 
 import cronlease
-from cronlease import metrics, metricseries, naming
-from cronlease.decision import PlannedRun, SkipReason
-from cronlease.jobinfo import JobState, job_info
-from cronlease.jobtemplate import build_job
-from cronlease.leadership import SoleLeader
-from cronlease.main import _count_result
-from cronlease.modelwatch import WATCH_OPERATION
-from cronlease.naming import ANNOTATION_TRIGGER, scheduled_job_name
-from cronlease.supervision import Action, Escalation
-from cronlease.writer import Verb
+from cronlease.app.main import _count_result
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.decision import PlannedRun, SkipReason
+from cronlease.core.decide.supervision import Action, Escalation
+from cronlease.core.names import naming
+from cronlease.core.names.jobinfo import JobState, job_info
+from cronlease.core.names.naming import ANNOTATION_TRIGGER, scheduled_job_name
+from cronlease.shell import metrics, metricseries
+from cronlease.shell.leadership import SoleLeader
+from cronlease.shell.modelwatch import WATCH_OPERATION
+from cronlease.shell.writer import Verb
 
 SLOT = utc(2026, 1, 5, 9)
 PACKAGE = Path(cronlease.__file__).parent

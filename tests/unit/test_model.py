@@ -12,15 +12,15 @@ import orjson
 import pytest
 from builders import NAME, NAMESPACE, OWNER_REF, UID
 
-from cronlease import naming
-from cronlease.model import Key, Model, key_of, pack
-from cronlease.naming import (
+from cronlease.core.names import naming
+from cronlease.core.names.naming import (
     ANNOTATION_SCHEDULED_AT,
     ANNOTATION_TRIGGER,
     LABEL_RUN,
     LABEL_SCHEDULEDJOB,
     TRIGGER_SCHEDULE,
 )
+from cronlease.shell.model import Key, Model, key_of, pack
 
 OWNER: Key = (NAMESPACE, NAME)
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from test_chart import CHART, OBSERVABILITY, documents, helm, needs_helm, render
 
-from cronlease import metrics
-from cronlease.decision import EXPECTED_SKIPS, SkipReason
+from cronlease.core.decide.decision import EXPECTED_SKIPS, SkipReason
+from cronlease.shell import metrics
 from promql import _panels, dashboard_queries, exported_names, metric_names, rule_expressions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 from fakeapi import FakeApiServer
 
-from cronlease.decision import PlannedRun, ScheduledJobView
-from cronlease.jobtemplate import build_job
-from cronlease.kube import KubeApi
-from cronlease.naming import FINALIZER_SLOT_RECORD
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.decision import PlannedRun, ScheduledJobView
+from cronlease.core.names.naming import FINALIZER_SLOT_RECORD
+from cronlease.shell.kube import KubeApi
 from operator_jobs import SLOT, operator_jobs
 
 SCHEDULEDJOB: dict[str, Any] = {

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronlease.distribution import version
-from cronlease.options import configure_logging, parse_args
+from cronlease.app.options import configure_logging, parse_args
+from cronlease.core.names.distribution import version
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,8 @@ def restore_logging() -> Iterator[None]:
 def test_json_logs_are_one_object_a_line_with_level_and_time(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # controller-runtime's names (cronlease.logfields; tests/unit/test_logfields.py has the rest)
+    # controller-runtime's names (cronlease.shell.logfields; tests/unit/test_logfields.py has the
+    # rest)
     configure_logging("json", verbose=False)
     logging.getLogger("cronlease.test").warning("slot %s skipped", "08:30")
     logging.getLogger("cronlease.test").debug("not at INFO")

@@ -19,12 +19,13 @@ from builders import (
     view,
 )
 
-from cronlease.decision import DeletionReason
-from cronlease.jobinfo import JobInfo, JobState
-from cronlease.naming import ANNOTATION_RUN_NOW
-from cronlease.overlap import QueuePlan, plan_queue
-from cronlease.reconcile import decide
-from cronlease.spec import ConcurrencyPolicy, SpecError, parse_spec
+from cronlease.core.decide.decision import DeletionReason
+from cronlease.core.decide.overlap import QueuePlan, plan_queue
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.names.jobinfo import JobInfo, JobState
+from cronlease.core.names.naming import ANNOTATION_RUN_NOW
+from cronlease.core.specs.policies import SpecError
+from cronlease.core.specs.spec import ConcurrencyPolicy, parse_spec
 
 H = [utc(2026, 1, 5, hour) for hour in range(24)]
 ONE, ALL, CANCEL = (

@@ -1,5 +1,5 @@
-"""The model's codec (cronlease.packing): any JSON comes back as it went in, and a ScheduledJob
-as the operator keeps it packs to about a fifth of its JSON (design note 118)."""
+"""The model's codec (cronlease.shell.packing): any JSON comes back as it went in, and a
+ScheduledJob as the operator keeps it packs to about a fifth of its JSON (design note 118)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from shell import Shell
 
-from cronlease.kube import SCHEDULEDJOBS
-from cronlease.model import pack
-from cronlease.packing import compress, decompress
+from cronlease.shell.kube import SCHEDULEDJOBS
+from cronlease.shell.model import pack
+from cronlease.shell.packing import compress, decompress
 from devcluster.cluster import kwok_pod_template
 
 JSON = st.recursive(

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from builders import World, condition, event_reasons, processed, spec, utc, view
 
-from cronlease.jobinfo import JobState
-from cronlease.naming import ANNOTATION_RESUME
-from cronlease.pausing import update_pause
-from cronlease.spec import SpecError, parse_spec
+from cronlease.core.decide.pausing import update_pause
+from cronlease.core.names.jobinfo import JobState
+from cronlease.core.names.naming import ANNOTATION_RESUME
+from cronlease.core.specs.policies import SpecError
+from cronlease.core.specs.spec import parse_spec
 
 H = [utc(2026, 1, 5, hour) for hour in range(24)]  # the hourly slots of Monday 2026-01-05
 PAUSING = spec(pauseOnFailure={"consecutiveFailures": 2}, startingDeadlineSeconds=600)

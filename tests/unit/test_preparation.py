@@ -1,7 +1,7 @@
-"""Bursts prepared before their slot (cronlease.preparation): a prepared body is only ever a cache
-of build_job for the exact run the decision at the instant plans. Table cases for what must not
-match, a property for what must, and the scheduler on the fake API server: prepared ahead, sent
-at the instant as it would have been built then, and never for a run the instant refuses."""
+"""Bursts prepared before their slot (cronlease.core.bodies.preparation): a prepared body is only
+ever a cache of build_job for the exact run the decision at the instant plans. Table cases for what
+must not match, a property for what must, and the scheduler on the fake API server: prepared ahead,
+sent at the instant as it would have been built then, and never for a run the instant refuses."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from shell import NOW, SLOT, Shell, eventually
 
-from cronlease.decision import PlannedRun, ScheduledJobView
-from cronlease.jobtemplate import build_job
-from cronlease.keyedloop import Applied, KeyedLoop, Outcome
-from cronlease.kube import SCHEDULEDJOBS
-from cronlease.leadership import SoleLeader
-from cronlease.naming import TRIGGER_MANUAL, TRIGGER_SCHEDULE, scheduled_job_name
-from cronlease.preparation import PreparedJobs
-from cronlease.wakeups import WakeupQueue
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.bodies.preparation import PreparedJobs
+from cronlease.core.decide.decision import PlannedRun, ScheduledJobView
+from cronlease.core.names.naming import TRIGGER_MANUAL, TRIGGER_SCHEDULE, scheduled_job_name
+from cronlease.shell.keyedloop import Applied, KeyedLoop, Outcome
+from cronlease.shell.kube import SCHEDULEDJOBS
+from cronlease.shell.leadership import SoleLeader
+from cronlease.shell.wakeups import WakeupQueue
 
 SJ = view({"schedule": "* * * * *", "jobTemplate": job_template()})
 RUN = PlannedRun(scheduled_job_name(SJ.name, SLOT, False), SLOT, TRIGGER_SCHEDULE)

@@ -2,7 +2,7 @@
 
 Schedules: random 5- and 6-field expressions whose fields are built from values, lists, ranges and
 steps, so the test knows which values each field names. Slots are checked against two independent
-brute-force oracles of the time rule (the module docstring of cronlease.cron):
+brute-force oracles of the time rule (the module docstring of cronlease.core.schedule.cron):
 
 * from the wall-clock side: every wall time the expression names maps to exactly one instant (its
   first occurrence, or the end of the gap it falls in), and the slots are exactly those instants;
@@ -31,23 +31,23 @@ from builders import after_apply, condition, job_template, names, view
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from cronlease.cron import Schedule, ScheduleError
-from cronlease.jobinfo import JobInfo, JobState
-from cronlease.naming import (
-    ANNOTATION_RUN_NOW,
-    TRIGGER_MANUAL,
-    TRIGGER_SCHEDULE,
-    format_time,
-    parse_time,
-)
-from cronlease.reconcile import (
+from cronlease.core.decide.reconcile import (
     ON_TIME_TOLERANCE,
     Decision,
     PlannedRun,
     ScheduledJobView,
     decide,
 )
-from cronlease.schedules import ScheduleSet
+from cronlease.core.names.jobinfo import JobInfo, JobState
+from cronlease.core.names.naming import (
+    ANNOTATION_RUN_NOW,
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+    format_time,
+    parse_time,
+)
+from cronlease.core.schedule.cron import Schedule, ScheduleError
+from cronlease.core.schedule.schedules import ScheduleSet
 
 # DST zones first: hypothesis draws the first elements of sampled_from more often.
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]
@@ -69,7 +69,7 @@ def properties(max_examples: int) -> settings:
     )
 
 
-# --- the zones' transitions, found independently of cronlease.cron ----------------------
+# --- the zones' transitions, found independently of cronlease.core.schedule.cron ------------------
 
 
 @cache

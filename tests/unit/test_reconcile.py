@@ -1,4 +1,5 @@
-"""Table-driven tests for cronlease.reconcile.decide(), the operator's pure decision core.
+"""Table-driven tests for cronlease.core.decide.reconcile.decide(), the operator's pure decision
+core.
 
 Each test builds a ScheduledJobView, the Jobs the live model says it owns, and a fixed `now`, then
 checks the Decision: planned runs and deletions, skipped slots, events, the status to write and
@@ -38,9 +39,7 @@ from builders import (
     view,
 )
 
-from cronlease.jobinfo import JobInfo, JobState
-from cronlease.naming import TRIGGER_MANUAL, TRIGGER_SCHEDULE, format_time, manual_job_name
-from cronlease.reconcile import (
+from cronlease.core.decide.reconcile import (
     MAX_CATCH_UP_RUNS,
     MAX_ENUMERATED_SLOTS,
     RECENT_RUNS,
@@ -49,6 +48,13 @@ from cronlease.reconcile import (
     ScheduledJobView,
     SkipReason,
     decide,
+)
+from cronlease.core.names.jobinfo import JobInfo, JobState
+from cronlease.core.names.naming import (
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+    format_time,
+    manual_job_name,
 )
 
 ACTIVE, SUCCEEDED, FAILED = JobState.ACTIVE, JobState.SUCCEEDED, JobState.FAILED

@@ -31,10 +31,10 @@ from builders import (
 )
 from shell import Shell
 
-from cronlease.jobinfo import JobInfo, JobState, job_info
-from cronlease.jobtemplate import build_job
-from cronlease.kube import JOBS
-from cronlease.naming import (
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.reconcile import DeletionReason, PlannedRun, ScheduledJobView, decide
+from cronlease.core.names.jobinfo import JobInfo, JobState, job_info
+from cronlease.core.names.naming import (
     FINALIZER_SLOT_RECORD,
     LABEL_ATTEMPT,
     LABEL_DEAD_LETTER,
@@ -43,8 +43,9 @@ from cronlease.naming import (
     format_time,
     scheduled_job_name,
 )
-from cronlease.reconcile import DeletionReason, PlannedRun, ScheduledJobView, decide
-from cronlease.spec import RetryPolicy, SpecError, parse_spec
+from cronlease.core.specs.policies import RetryPolicy, SpecError
+from cronlease.core.specs.spec import parse_spec
+from cronlease.shell.kube import JOBS
 
 SLOT = utc(2026, 1, 5, 9)
 RUN = scheduled_job_name(NAME, SLOT, with_seconds=False)

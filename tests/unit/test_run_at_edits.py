@@ -32,9 +32,9 @@ from builders import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cronlease.jobinfo import JobInfo, JobState
-from cronlease.naming import TRIGGER_SCHEDULE, format_time, parse_time
-from cronlease.reconcile import Decision, PlannedRun, ScheduledJobView, decide
+from cronlease.core.decide.reconcile import Decision, PlannedRun, ScheduledJobView, decide
+from cronlease.core.names.jobinfo import JobInfo, JobState
+from cronlease.core.names.naming import TRIGGER_SCHEDULE, format_time, parse_time
 
 X = utc(2026, 1, 5, 10, 0)
 Y = utc(2026, 1, 5, 10, 30)

@@ -35,9 +35,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from shell import NOW, Shell
 from test_supervisor import Steps
 
-from cronlease.kube import JOBS, LEASES, RUNS
-from cronlease.leadership import SoleLeader
-from cronlease.naming import (
+from cronlease.core.bodies.stepjob import LABEL_ACTION, LABEL_STEP
+from cronlease.core.decide.supervision import FINISHED_RUN
+from cronlease.core.names.naming import (
     FINALIZER_SLOT_RECORD,
     FINALIZER_SUPERVISION,
     LABEL_ATTEMPT,
@@ -45,9 +45,9 @@ from cronlease.naming import (
     micro_time,
     parse_time,
 )
-from cronlease.stepjob import LABEL_ACTION, LABEL_STEP
-from cronlease.supervision import FINISHED_RUN
-from cronlease.writer import RetryLater, Stale
+from cronlease.shell.kube import JOBS, LEASES, RUNS
+from cronlease.shell.leadership import SoleLeader
+from cronlease.shell.writer import RetryLater, Stale
 
 HEARTBEAT = 30
 STEPS = ("snapshot", "report", "interest", "publish")

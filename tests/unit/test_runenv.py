@@ -12,9 +12,14 @@ from builders import NAME, NAMESPACE, spec, view
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cronlease.decision import PlannedRun
-from cronlease.jobtemplate import build_job
-from cronlease.runenv import ENVIRONMENT, idempotency_key, run_annotations, with_run_environment
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.bodies.runenv import (
+    ENVIRONMENT,
+    idempotency_key,
+    run_annotations,
+    with_run_environment,
+)
+from cronlease.core.decide.decision import PlannedRun
 
 SLOT = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
 RUN = PlannedRun(job_name="backup-29413470", slot=SLOT, trigger="Schedule")

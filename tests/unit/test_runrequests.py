@@ -31,12 +31,23 @@ from hypothesis import strategies as st
 from shell import NOW as SHELL_NOW
 from shell import SLOT, Shell
 
-from cronlease import requestplan
-from cronlease.applier import Outcome
-from cronlease.decision import Decision, RequestTarget, ScheduledJobView
-from cronlease.jobinfo import JobInfo, JobState
-from cronlease.kube import JOBS, SCHEDULEDJOBS
-from cronlease.naming import (
+from cronlease.core.bodies.runenv import idempotency_key
+from cronlease.core.decide import requestplan
+from cronlease.core.decide.decision import Decision, RequestTarget, ScheduledJobView
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.decide.requestplan import plan_waiting
+from cronlease.core.decide.runrequest import (
+    RequestAction,
+    RequestError,
+    RequestPolicy,
+    RunRequestView,
+    count,
+    format_indexes,
+    parse_indexes,
+    parse_request_spec,
+)
+from cronlease.core.names.jobinfo import JobInfo, JobState
+from cronlease.core.names.naming import (
     DEAD_LETTER_REPLAYED,
     LABEL_DEAD_LETTER,
     LABEL_RETRIED,
@@ -47,19 +58,8 @@ from cronlease.naming import (
     request_job_name,
     scheduled_job_name,
 )
-from cronlease.reconcile import decide
-from cronlease.requestplan import plan_waiting
-from cronlease.runenv import idempotency_key
-from cronlease.runrequest import (
-    RequestAction,
-    RequestError,
-    RequestPolicy,
-    RunRequestView,
-    count,
-    format_indexes,
-    parse_indexes,
-    parse_request_spec,
-)
+from cronlease.shell.applier import Outcome
+from cronlease.shell.kube import JOBS, SCHEDULEDJOBS
 
 NOW = utc(2026, 1, 5, 20)
 REQUEST_UID = "uid-fill"

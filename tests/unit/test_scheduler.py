@@ -13,10 +13,10 @@ from builders import NAMESPACE
 from fakeapi import FakeApiServer
 from shell import Shell, eventually
 
-from cronlease.jobinfo import job_info
-from cronlease.kube import JOBS, SCHEDULEDJOBS
-from cronlease.naming import format_time
-from cronlease.scheduler import Scheduler
+from cronlease.core.names.jobinfo import job_info
+from cronlease.core.names.naming import format_time
+from cronlease.shell.kube import JOBS, SCHEDULEDJOBS
+from cronlease.shell.scheduler import Scheduler
 
 EVERY_SECOND = "* * * * * *"
 

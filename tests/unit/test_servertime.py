@@ -10,11 +10,11 @@ import pytest
 from builders import NAMESPACE
 from shell import SLOT, Shell
 
-from cronlease import metrics
-from cronlease.applier import Outcome
-from cronlease.kube import SCHEDULEDJOBS
-from cronlease.naming import format_time, parse_time
-from cronlease.servertime import TOLERANCE, ServerClock
+from cronlease.core.names.naming import format_time, parse_time
+from cronlease.shell import metrics
+from cronlease.shell.applier import Outcome
+from cronlease.shell.kube import SCHEDULEDJOBS
+from cronlease.shell.servertime import TOLERANCE, ServerClock
 
 SERVER = datetime(2026, 1, 5, 8, 31, 0, tzinfo=UTC)
 

@@ -11,10 +11,7 @@ from builders import STEP_TEMPLATE as TEMPLATE
 from builders import run_view as view  # the Run close-1 of namespace bank
 from builders import step_job as job
 
-from cronlease.jobinfo import JobState
-from cronlease.spec import RetryPolicy, SpecError, parse_spec
-from cronlease.steps import Compensation, OnFailure, Step, Steps
-from cronlease.supervision import (
+from cronlease.core.decide.supervision import (
     Action,
     Escalation,
     RunPlan,
@@ -23,6 +20,10 @@ from cronlease.supervision import (
     StepJobPlan,
     supervise,
 )
+from cronlease.core.names.jobinfo import JobState
+from cronlease.core.specs.policies import RetryPolicy, SpecError
+from cronlease.core.specs.spec import parse_spec
+from cronlease.core.specs.steps import Compensation, OnFailure, Step, Steps
 
 TWICE = RetryPolicy(max_attempts=2, initial_seconds=5, factor=1)
 
@@ -438,7 +439,7 @@ def test_a_mangled_field_of_a_step_entry_is_read_as_absent(mangled: dict[str, An
 def test_step_job_names_leave_room_for_their_pods_names() -> None:
     """The API server cuts a pod's generateName to 58 characters: "<job>-" must fit whole, or
     the heartbeat policy would not know the attempt's own pods."""
-    from cronlease.stepjob import MAX_STEP_JOB_NAME, step_job_name
+    from cronlease.core.bodies.stepjob import MAX_STEP_JOB_NAME, step_job_name
 
     name = step_job_name("x" * 52, "x" * 52 + "-29412000", "interest", Action.RUN, 1)
     assert len(name) == MAX_STEP_JOB_NAME == 57

@@ -14,10 +14,10 @@ import hypothesis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cronlease.jobinfo import NOT_RETRYABLE, JobState
-from cronlease.spec import RetryPolicy
-from cronlease.steps import Compensation, OnFailure, Step, Steps, snapshot
-from cronlease.supervision import Action, RunView, StepJob, supervise
+from cronlease.core.decide.supervision import Action, RunView, StepJob, supervise
+from cronlease.core.names.jobinfo import NOT_RETRYABLE, JobState
+from cronlease.core.specs.policies import RetryPolicy
+from cronlease.core.specs.steps import Compensation, OnFailure, Step, Steps, snapshot
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 TEMPLATE = {"spec": {"template": {}}}

@@ -11,18 +11,18 @@ import pytest
 from builders import NAMESPACE, job_template
 from shell import NOW, Shell
 
-from cronlease.applier import NotLeading
-from cronlease.jobinfo import JobState
-from cronlease.kube import JOBS, LEASES, RUNS
-from cronlease.leadership import ElectionConfig, LeaseElector
-from cronlease.model import Key
-from cronlease.naming import FINALIZER_SLOT_RECORD, FINALIZER_SUPERVISION
-from cronlease.runstore import RunStore
-from cronlease.stepjob import LABEL_STEP
-from cronlease.supervision import Action, StepJob
-from cronlease.supervisor import Supervisor
-from cronlease.wakeups import WakeupQueue
-from cronlease.writer import RetryLater, Stale
+from cronlease.core.bodies.stepjob import LABEL_STEP
+from cronlease.core.decide.supervision import Action, StepJob
+from cronlease.core.names.jobinfo import JobState
+from cronlease.core.names.naming import FINALIZER_SLOT_RECORD, FINALIZER_SUPERVISION
+from cronlease.shell.applier import NotLeading
+from cronlease.shell.kube import JOBS, LEASES, RUNS
+from cronlease.shell.leadership import ElectionConfig, LeaseElector
+from cronlease.shell.model import Key
+from cronlease.shell.runstore import RunStore
+from cronlease.shell.supervisor import Supervisor
+from cronlease.shell.wakeups import WakeupQueue
+from cronlease.shell.writer import RetryLater, Stale
 
 STEPS = [
     {"name": "snapshot", "jobTemplate": job_template()},

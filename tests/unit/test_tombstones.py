@@ -1,6 +1,6 @@
 """Tombstones: a deletion the model has seen keeps a late copy out (a LIST page, a GET or a write's
 response read before the deletion), and lasts only while such a read can still arrive
-(cronlease.model.Model.reading; docs/design-notes.md)."""
+(cronlease.shell.model.Model.reading; docs/design-notes.md)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from fakeapi import Fault
 from shell import Shell, eventually
 from test_watching import job, names
 
-from cronlease.kube import JOBS, RUNREQUESTS
-from cronlease.model import Model
-from cronlease.modelwatch import JobWatch
-from cronlease.naming import FINALIZER_SLOT_RECORD, LABEL_SCHEDULEDJOB
-from cronlease.scheduler import Scheduler
+from cronlease.core.names.naming import FINALIZER_SLOT_RECORD, LABEL_SCHEDULEDJOB
+from cronlease.shell.kube import JOBS, RUNREQUESTS
+from cronlease.shell.model import Model
+from cronlease.shell.modelwatch import JobWatch
+from cronlease.shell.scheduler import Scheduler
 
 OWNER_UID = "uid-owner"
 COMPLETE = {

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fakeapi import FakeApiServer
 
-from cronlease.kube import TLS_READ_BUFFER, HttpTransport, KubeApi
+from cronlease.shell.kube import TLS_READ_BUFFER, HttpTransport, KubeApi
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from builders import (
     view,
 )
 
-from cronlease.jobinfo import JobState, job_info
-from cronlease.jobtemplate import build_job
-from cronlease.model import Model
-from cronlease.naming import (
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.decide.reconcile import PlannedRun, SkipReason, decide
+from cronlease.core.names.jobinfo import JobState, job_info
+from cronlease.core.names.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
     ANNOTATION_SCHEDULED_AT,
@@ -38,7 +38,7 @@ from cronlease.naming import (
     manual_job_name,
     scheduled_job_name,
 )
-from cronlease.reconcile import PlannedRun, SkipReason, decide
+from cronlease.shell.model import Model
 
 H10, H11, H12 = (utc(2026, 1, 5, hour) for hour in (10, 11, 12))
 CONFLICT = SkipReason.NAME_CONFLICT.value

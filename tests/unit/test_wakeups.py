@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cronlease.wakeups import WakeupQueue
+from cronlease.shell.wakeups import WakeupQueue
 
 
 class Clock:

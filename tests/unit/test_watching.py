@@ -12,13 +12,13 @@ import pytest
 from builders import NAMESPACE, OWNER_REF
 from shell import Shell, eventually, scheduledjob
 
-from cronlease.kube import JOBS, RUNS, SCHEDULEDJOBS
-from cronlease.model import Model
-from cronlease.modelwatch import JobWatch, ScheduledJobWatch
-from cronlease.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
-from cronlease.runobject import run_info
-from cronlease.runstore import RunStore
-from cronlease.runwatch import RunWatch
+from cronlease.core.bodies.runobject import run_info
+from cronlease.core.names.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
+from cronlease.shell.kube import JOBS, RUNS, SCHEDULEDJOBS
+from cronlease.shell.model import Model
+from cronlease.shell.modelwatch import JobWatch, ScheduledJobWatch
+from cronlease.shell.runstore import RunStore
+from cronlease.shell.runwatch import RunWatch
 
 OWNER_UID = "uid-report"
 

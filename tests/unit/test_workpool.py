@@ -1,4 +1,4 @@
-"""The bounded pool of workers over a queue that bursts wait in (cronlease.workpool)."""
+"""The bounded pool of workers over a queue that bursts wait in (cronlease.shell.workpool)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronlease.workpool import WorkPool
+from cronlease.shell.workpool import WorkPool
 
 
 async def test_at_most_size_workers_take_every_item_first_in_first_out() -> None:

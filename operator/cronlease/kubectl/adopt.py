@@ -9,7 +9,13 @@ import time
 from datetime import datetime
 from typing import Any
 
-from cronlease import GROUP
+from cronlease.core.names.naming import (
+    ANNOTATION_START_AFTER,
+    GROUP,
+    first_cursor,
+    format_time,
+    parse_time,
+)
 from cronlease.kubectl.context import Context, wait
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.output import dump
@@ -20,7 +26,6 @@ from cronlease.kubectl.translate import (
     translate,
 )
 from cronlease.kubectl.window import check_name
-from cronlease.naming import ANNOTATION_START_AFTER, first_cursor, format_time, parse_time
 
 # After the suspension, how long the CronJob controller may still act on a sync it began before
 # it saw it (it wakes 100 ms after a slot; a sync takes milliseconds): docs item 90.

@@ -8,14 +8,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from cronlease import GROUP
+from cronlease.core.names.naming import GROUP, format_time
 from cronlease.kubectl.context import Context
 from cronlease.kubectl.errors import EXIT_FINDING, PluginError
 from cronlease.kubectl.evidence import gather, subject_of
 from cronlease.kubectl.ledger import FAILING, Ledger, Verdict, build_ledger
 from cronlease.kubectl.output import colour, table
 from cronlease.kubectl.window import check_name, parse_window
-from cronlease.naming import format_time
 
 VERDICT_COLOURS = {
     Verdict.RAN: "green",

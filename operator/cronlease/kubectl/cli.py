@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cronlease import distribution
+from cronlease.core.names import distribution
 from cronlease.kubectl.errors import EXIT_USAGE, PluginError
 from cronlease.kubectl.impersonation import Impersonation, impersonation
 

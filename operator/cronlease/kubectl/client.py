@@ -6,6 +6,7 @@ which the pure modules read; every API error becomes one line (`PluginError`).""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,10 +17,10 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3 import HTTPHeaderDict, Timeout
 from urllib3.exceptions import HTTPError
 
-from cronlease import GROUP, PLURAL, REQUEST_PLURAL, VERSION
+from cronlease.core.names.naming import GROUP, PLURAL, REQUEST_PLURAL, VERSION
+from cronlease.core.names.serverdate import ServerDate
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.impersonation import Impersonation
-from cronlease.serverdate import ServerDate
 
 T = TypeVar("T")
 
@@ -49,7 +50,7 @@ class Api:
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
-        self.clock = ServerDate()
+        self.clock = ServerDate(time.monotonic)
 
     def server_now(self) -> datetime | None:
         """The API server's time, from the Date of its latest answer; None before any."""

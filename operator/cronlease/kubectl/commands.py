@@ -7,8 +7,20 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from cronlease import GROUP, RUN_KIND
-from cronlease.cron import Schedule, ScheduleError
+from cronlease.core.decide.pausing import PAUSED
+from cronlease.core.names.naming import (
+    ANNOTATION_RESUME,
+    ANNOTATION_RUN_NOW,
+    GROUP,
+    LABEL_DEAD_LETTER,
+    LABEL_SCHEDULEDJOB,
+    RUN_KIND,
+    format_time,
+    manual_job_name,
+    parse_time,
+)
+from cronlease.core.schedule.cron import Schedule, ScheduleError
+from cronlease.core.schedule.schedules import ScheduleSet
 from cronlease.kubectl.context import Context, wait
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.evidence import subject_of
@@ -16,17 +28,6 @@ from cronlease.kubectl.firing import DST_RULE, MAX_COUNT, has_dst, next_firings
 from cronlease.kubectl.output import age, relative, table
 from cronlease.kubectl.views import dead_letters, history, leader
 from cronlease.kubectl.window import check_name, parse_instant
-from cronlease.naming import (
-    ANNOTATION_RESUME,
-    ANNOTATION_RUN_NOW,
-    LABEL_DEAD_LETTER,
-    LABEL_SCHEDULEDJOB,
-    format_time,
-    manual_job_name,
-    parse_time,
-)
-from cronlease.pausing import PAUSED
-from cronlease.schedules import ScheduleSet
 
 # --- next --------------------------------------------------------------------------------------
 

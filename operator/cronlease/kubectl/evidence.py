@@ -1,7 +1,8 @@
 """What the API objects say about a ScheduledJob's slots, as the ledger's `Facts`. Pure: the
-ScheduledJob, the Jobs of its namespace, its Events and "now" in. Every field is read totally,
-as the operator reads them (`cronlease.jobinfo.job_info`, `cronlease.naming.parse_time`): an
-object someone edited by hand yields less evidence, never an exception.
+ScheduledJob, the Jobs of its namespace, its Events and "now" in. Every field is read totally, as
+the operator reads them (`cronlease.core.names.jobinfo.job_info`,
+`cronlease.core.names.naming.parse_time`): an object someone edited by hand yields less evidence,
+never an exception.
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronlease import KIND
-from cronlease.cron import Schedule
-from cronlease.jobinfo import job_info
+from cronlease.core.names.jobinfo import job_info
+from cronlease.core.names.naming import (
+    KIND,
+    REQUEST_TRIGGERS,
+    TRIGGER_SCHEDULE,
+    first_cursor,
+    format_time,
+    parse_time,
+)
+from cronlease.core.schedule.cron import Schedule
+from cronlease.core.specs.policies import SpecError
+from cronlease.core.specs.spec import Spec, parse_spec
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.ledger import Facts, RunRecord, SkipRecord
 from cronlease.kubectl.translate import (
@@ -22,14 +32,6 @@ from cronlease.kubectl.translate import (
     ANNOTATION_ADOPTED_FROM,
     CRONJOB_SCHEDULED_TIMESTAMP,
 )
-from cronlease.naming import (
-    REQUEST_TRIGGERS,
-    TRIGGER_SCHEDULE,
-    first_cursor,
-    format_time,
-    parse_time,
-)
-from cronlease.spec import Spec, SpecError, parse_spec
 
 # Slots the ledger enumerates at most: beyond, the window alone is judged (and counts are a
 # weaker check, see cronlease.kubectl.ledger).

@@ -1,6 +1,7 @@
 """`kubectl cronlease next`: the next fire times of a schedule, in its zone and in UTC, each with
-what the DST rule did to it. Pure, and the operator's own schedule code (`cronlease.cron`,
-`cronlease.schedules`) computes the times: what this prints is what the operator will do."""
+what the DST rule did to it. Pure, and the operator's own schedule code
+(`cronlease.core.schedule.cron`, `cronlease.core.schedule.schedules`) computes the times: what this
+prints is what the operator will do."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from cronlease.cron import Schedule
+from cronlease.core.schedule.cron import Schedule
 
 # cronlease's time rule (docs/design.md, "Time, precisely"), as `next` states it.
 DST_RULE = (

@@ -4,7 +4,7 @@ Pure: the shell gathers the facts (the schedule's slots, the runs the Jobs and s
 skip Events, the status counters) and `build_ledger` judges each slot:
 
 - ran: exactly one run (a cronlease Job, a recentRuns entry, or a Job of the CronJob it took over
-  from, which shares the Job name of the slot: `cronlease.naming.scheduled_job_name`);
+  from, which shares the Job name of the slot: `cronlease.core.names.naming.scheduled_job_name`);
 - doubled: two or more distinct runs;
 - skipped: no run, at or before the cursor, and a skip the operator counted explains it;
 - no record: no run and no skip left to explain it, but the status counted a run whose Job is

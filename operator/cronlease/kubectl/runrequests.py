@@ -7,15 +7,20 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from cronlease import GROUP, REQUEST_KIND, VERSION
+from cronlease.core.decide.runrequest import MAX_TARGETS
+from cronlease.core.names.naming import (
+    GROUP,
+    LABEL_SCHEDULEDJOB,
+    REQUEST_KIND,
+    VERSION,
+    format_time,
+)
 from cronlease.kubectl.context import POLL_SECONDS, Context
 from cronlease.kubectl.errors import EXIT_ERROR, EXIT_FINDING, PluginError
 from cronlease.kubectl.evidence import subject_of
 from cronlease.kubectl.output import Progress
 from cronlease.kubectl.views import request_progress
 from cronlease.kubectl.window import check_name, parse_window
-from cronlease.naming import LABEL_SCHEDULEDJOB, format_time
-from cronlease.runrequest import MAX_TARGETS
 
 _JUST_BEFORE = timedelta(milliseconds=1)  # the window's first instant is one of its slots
 

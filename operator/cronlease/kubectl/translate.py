@@ -8,10 +8,10 @@ its own creation like any new ScheduledJob, however long after the dry run that 
 same breath as it creates the object; a point read earlier would be stale by the time a saved
 manifest is applied, and the operator would run the slots after it that the CronJob already ran.
 
-The ScheduledJob keeps the CronJob's name on purpose: both name a slot's Job
-`<name>-<minutes since the epoch>` (`cronlease.naming.scheduled_job_name`), so a slot the CronJob
-runs at the very moment of the handover and the same slot run by cronlease are one Job name, and
-the API server lets only one of them exist (docs/design-notes.md, item 90).
+The ScheduledJob keeps the CronJob's name on purpose: both name a slot's Job `<name>-<minutes since
+the epoch>` (`cronlease.core.names.naming.scheduled_job_name`), so a slot the CronJob runs at the
+very moment of the handover and the same slot run by cronlease are one Job name, and the API server
+lets only one of them exist (docs/design-notes.md, item 90).
 """
 
 from __future__ import annotations
@@ -22,11 +22,17 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from cronlease import GROUP, KIND, VERSION
-from cronlease.cron import EVERY, Schedule, ScheduleError
+from cronlease.core.names.naming import (
+    GROUP,
+    KIND,
+    MAX_NAME_LENGTH,
+    VERSION,
+    format_time,
+    parse_time,
+)
+from cronlease.core.schedule.cron import EVERY, Schedule, ScheduleError
 from cronlease.kubectl.errors import PluginError
 from cronlease.kubectl.firing import next_firings
-from cronlease.naming import MAX_NAME_LENGTH, format_time, parse_time
 
 ANNOTATION_ADOPTED_FROM = f"{GROUP}/adopted-from"
 # The slot the CronJob ran last, kept for `audit` (the ScheduledJob's slots begin after it) once

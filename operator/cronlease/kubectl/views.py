@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from cronlease.jobinfo import job_info
-from cronlease.naming import (
+from cronlease.core.names.jobinfo import job_info
+from cronlease.core.names.naming import (
     ANNOTATION_FENCING_TOKEN,
     ANNOTATION_LEADER,
     LABEL_SCHEDULEDJOB,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from cronlease.core.names.naming import normalise
+from cronlease.core.specs.spec import RUN_AT_EARLIEST, RUN_AT_LATEST
 from cronlease.kubectl.errors import PluginError
-from cronlease.naming import normalise
-from cronlease.spec import RUN_AT_EARLIEST, RUN_AT_LATEST
 
 _AGE = re.compile(r"^(\d{1,9})([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -1,0 +1,1 @@
+"""When slots fall: cron (CronJob's grammar and more), several schedules, jitter."""

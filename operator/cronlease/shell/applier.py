@@ -1,0 +1,637 @@
+"""Applies one decision to the API server: deletions, creations, status, Events, all fenced.
+
+Then it releases the slot-record finalizer of every Job whose run the status now records: from
+its creation until then, nothing can delete a Job whose slot could otherwise run again.
+
+`Applier.apply` is the entry point, in two halves the scheduler runs apart at a burst: `act`
+(decide, delete, create) and `follow_up` (status, releases, labels). It returns an `Applied`:
+done (and when to wake next), stale (decide again at once), not leading, or retry later.
+Everything a write can meet is handled here: the fencing policy's refusals (retried while the
+Lease is still ours, else step down), a 409 on create (an earlier attempt's Job: adopted if
+ours), a 409 on status (decided on a stale copy), a template the API server refuses (recorded
+once per generation, reported as InvalidSpec).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cronlease.core.bodies.jobtemplate import build_job
+from cronlease.core.bodies.preparation import PreparedJobs
+from cronlease.core.bodies.runobject import build_run, run_info
+from cronlease.core.bodies.stepjob import build_step_job
+from cronlease.core.decide.decision import (
+    Decision,
+    DeletionReason,
+    ObjectRef,
+    PlannedDeletion,
+    PlannedLabel,
+    PlannedRelease,
+    PlannedRun,
+    RequestStatus,
+    ScheduledJobView,
+)
+from cronlease.core.decide.supervision import Action
+from cronlease.core.names.jobinfo import JobInfo, job_info
+from cronlease.core.names.naming import (
+    FINALIZER_SLOT_RECORD,
+    LABEL_DEAD_LETTER,
+    REQUEST_KIND,
+    RUN_KIND,
+    TRIGGER_MANUAL,
+    TRIGGER_SCHEDULE,
+)
+from cronlease.core.specs.policies import SpecError
+from cronlease.core.specs.spec import steps_of
+from cronlease.shell import logfields, metrics
+from cronlease.shell.events import EventRecorder, EventSeries
+from cronlease.shell.keyedloop import Applied, Outcome
+from cronlease.shell.kube import (
+    JOBS,
+    RUNREQUESTS,
+    RUNS,
+    SCHEDULEDJOBS,
+    ApiError,
+    KubeApi,
+    TransportError,
+)
+from cronlease.shell.leadership import Leadership
+from cronlease.shell.model import Key, Model
+from cronlease.shell.workpool import WorkPool
+from cronlease.shell.writer import (
+    FENCING_MESSAGE,
+    Exists,
+    NamespaceTerminating,
+    NotLeading,
+    Refused,
+    RetryLater,
+    Stale,
+    Writer,
+    is_fencing_refusal,
+)
+
+# Re-exported: what callers of the Applier read of its outcomes and refusals.
+__all__ = [
+    "FENCING_MESSAGE",
+    "Applied",
+    "Applier",
+    "FollowUp",
+    "NamespaceTerminating",
+    "NotLeading",
+    "Outcome",
+    "RetryLater",
+    "Stale",
+    "is_fencing_refusal",
+]
+
+log = logging.getLogger(__name__)
+
+# How long status writes and Events wait for a burst of creations to drain before going anyway.
+CREATIONS_FIRST_PATIENCE = 30.0
+EVENT_WRITERS = 4
+# Deletions a creation waits on (the run it replaces, the other it cancels) go before it, in
+# the acting slot. The others (history, expired dead letters) are cleanup: they wait behind the
+# burst's creations like status writes, since each costs the API server a Job and its pods'
+# deletions right when it is busiest (docs/design-notes.md, 104).
+CLEARING = frozenset({DeletionReason.REPLACE, DeletionReason.CANCEL_OTHER})
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    """A status merge patch, conditional on the version it was decided on: all a reconcile keeps
+    while it waits for creations to drain (docs/design-notes.md, item 12)."""
+
+    ref: ObjectRef
+    version: str
+    patch: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """What a decision leaves to write once its creations are made: all a reconcile keeps while
+    it waits for creations to drain, not its object nor its decision (docs/design-notes.md,
+    items 12 and 100)."""
+
+    owner: ObjectRef
+    status: StatusWrite | None
+    requests: list[RequestStatus]
+    releases: list[PlannedRelease]
+    labels: list[PlannedLabel]
+    cleanups: list[PlannedDeletion]  # finished runs past their limits: no creation waits on them
+    wake_at: float | None  # epoch seconds of the next decision, if any
+    progress: bool  # Jobs were created: a failed write after them is progress (see Applied)
+    acted_at: float  # loop time the creations ended: the creations-first patience runs from it
+
+    @property
+    def writes(self) -> bool:
+        return self.status is not None or bool(
+            self.requests or self.releases or self.labels or self.cleanups
+        )
+
+
+class TemplateRefused(Exception):
+    """The API server refused a Job made from the template: retrying cannot help."""
+
+
+# What ends an apply early, each read by ended().
+ENDINGS = (NotLeading, Stale, NamespaceTerminating, RetryLater, ApiError, TransportError)
+
+
+def ended(error: Exception, progress: bool) -> Applied:
+    """How an apply that raised one of ENDINGS ended; `progress`: Jobs were created first."""
+    if isinstance(error, NotLeading):
+        return Applied(Outcome.NOT_LEADING)
+    if isinstance(error, Stale):
+        return Applied(Outcome.STALE)
+    if isinstance(error, NamespaceTerminating):
+        return Applied(Outcome.DONE)
+    progress = progress or (isinstance(error, RetryLater) and error.progress)
+    return Applied(Outcome.RETRY, error=str(error), progress=progress)
+
+
+class CreationsFirst:
+    """Holds status writes and Events back while Job creations are under way.
+
+    At a shared slot every status write competes with the creations for the API server and for
+    this process, and each one echoes back as a watch event; creations alone set the lag. A
+    write waits until no ScheduledJob is deciding or creating, or `patience` seconds at most, so
+    a steady stream of creations can delay status but never starve it. Losing a held write is
+    harmless: a due slot whose Job exists is recorded as a run by the next decision.
+    """
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def creating(self) -> Iterator[None]:
+        self._pending += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._pending -= 1
+            if not self._pending:
+                self._idle.set()
+
+    async def wait_turn(self, since: float | None = None) -> None:
+        """Until no creation is pending, or `patience` seconds after `since` (loop time; now if
+        None): a write queued behind others has been waiting since it was queued."""
+        start = asyncio.get_running_loop().time() if since is None else since
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(start + self.patience):
+                await self._idle.wait()
+
+
+class Applier:
+    def __init__(
+        self,
+        api: KubeApi,
+        leadership: Leadership,
+        model: Model,
+        max_concurrency: int = 64,
+        patience: float = CREATIONS_FIRST_PATIENCE,
+        runs: Model | None = None,
+    ) -> None:
+        self.api, self.model = api, model
+        self.writer = Writer(api, leadership)
+        # The Runs of multi-step ScheduledJobs, as their decisions see them (kind Run).
+        self.runs = runs or Model(lambda key: None, read=run_info)
+        # Creations set the lag, so at a burst they go first: status writes and Events wait for
+        # them to drain, then get fewer connections (Events fewest: they are informational).
+        self.creations = CreationsFirst(patience)
+        # At most this many ScheduledJobs decide and create at once. The rest of a burst waits
+        # before deciding, so decisions interleave with the responses instead of all running
+        # before the first response is read.
+        self.acting_slots, self.writing_slots = max_concurrency, max(1, max_concurrency // 4)
+        self._act_pool = asyncio.Semaphore(self.acting_slots)
+        self._status_pool = asyncio.Semaphore(self.writing_slots)
+        self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
+        # One Event write per worker, a few workers: Events are informational.
+        self._event_writers = WorkPool(EVENT_WRITERS, self._post_event)
+        # ScheduledJob -> (uid, generation) of its template's last dry run; forget() drops it.
+        self._checked: dict[Key, tuple[str, int]] = {}
+        # Job bodies the scheduler built before their slot, for the runs it expects then.
+        self.prepared = PreparedJobs()
+
+    @property
+    def leadership(self) -> Leadership:
+        """The writer's: one replica's Lease for every write it makes."""
+        return self.writer.leadership
+
+    @leadership.setter
+    def leadership(self, leadership: Leadership) -> None:
+        self.writer.leadership = leadership
+
+    async def apply(
+        self,
+        load: Callable[[], dict[str, Any] | None],
+        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+    ) -> Applied:
+        """Decide on the ScheduledJob `load` reads from the model and apply the decision."""
+        acted = await self.act(load, decide)
+        return acted if isinstance(acted, Applied) else await self.follow_up(acted)
+
+    async def act(
+        self,
+        load: Callable[[], dict[str, Any] | None],
+        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+    ) -> Applied | FollowUp:
+        """The first half of apply(): the object is read, and the decision made, inside one of
+        the bounded acting slots, so that at a burst decisions interleave with create responses,
+        and the reconciles still waiting for a slot hold no copy of their object. What is left
+        to write (for follow_up()), or how it ended if nothing is."""
+        created: list[PlannedRelease] = []
+        try:
+            after = await self._act(load, decide, created)
+        except ENDINGS as error:
+            # Jobs created before the failure: the next decision records them. Progress, not a
+            # failing object.
+            return ended(error, progress=bool(created))
+        if after is None:
+            return Applied(Outcome.DONE)
+        return after if after.writes else Applied(Outcome.DONE, after.wake_at)
+
+    async def follow_up(self, after: FollowUp) -> Applied:
+        """The second half of apply(): once the creations have drained (or for the patience at
+        most, from `after.acted_at`), the status, then what it records."""
+        try:
+            if after.status is not None or after.requests or after.cleanups:
+                await self.creations.wait_turn(since=after.acted_at)
+            if after.status is not None:
+                await self._write_status(after.status)
+            for request in after.requests:  # after the ScheduledJob's: its cursor first
+                await self._write_request_status(request)
+            for release in after.releases:
+                await self._release(after.owner.namespace, release)
+            for planned in after.labels:
+                await self._label(after.owner.namespace, planned)
+            for deletion in after.cleanups:
+                await self._delete(after.owner, deletion)
+        except ENDINGS as error:
+            return ended(error, progress=after.progress)
+        return Applied(Outcome.DONE, after.wake_at)
+
+    async def _act(
+        self,
+        load: Callable[[], dict[str, Any] | None],
+        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+        created: list[PlannedRelease],
+    ) -> FollowUp | None:
+        """Read, decide, delete and create in an acting slot; what is left to write after the
+        creations, or None if the template was refused (recorded here: its status write wakes
+        the decision that reports InvalidSpec)."""
+        runs: list[tuple[PlannedRun, PlannedRelease]] = []
+        cleanups: list[PlannedDeletion] = []  # the follow-up's, behind the creations
+        refused: str | None = None
+        with self.creations.creating():
+            async with self._act_pool:
+                obj = load()
+                if obj is None or obj["metadata"].get("deletionTimestamp"):
+                    raise Stale()  # gone while it waited: decided again, as gone
+                sj = ScheduledJobView.from_object(obj)
+                try:
+                    await self._check_template(sj)
+                    decision = await decide(sj)
+                    for deletion in decision.deletions:
+                        if deletion.reason in CLEARING:
+                            await self._delete(sj.ref, deletion)
+                        else:
+                            cleanups.append(deletion)
+                    for run in decision.runs:
+                        with logfields.bound(run=run.run or run.job_name, slot=run.slot):
+                            release = await self._create(sj, run)
+                        created.append(release)
+                        runs.append((run, release))
+                except TemplateRefused as error:
+                    refused = str(error)
+                except NamespaceTerminating:
+                    log.info(
+                        "%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name
+                    )
+                    raise
+        if refused is not None:
+            await self._record_refused_template(sj, obj, refused)
+            return None
+        # Recorded by this decision's status write: the runs it created and the existing Jobs it
+        # records (unless their runs may still need them: a later decision releases those). A
+        # request's run stays held until its request has recorded its result, which a later
+        # decision does (_plan_releases), whatever the ScheduledJob's retry policy.
+        recorded = [
+            (run, PlannedRelease(job.name, job.uid, job.kind))
+            for run, job in decision.recorded
+            if job.held
+        ]
+        settled = [
+            release
+            for run, release in [*runs, *recorded]
+            if not decision.keep_runs_held and run.request is None
+        ]
+        return FollowUp(
+            owner=sj.ref,
+            status=self._record(sj, obj, decision),
+            requests=decision.requests,
+            releases=[*decision.releases, *settled],
+            labels=decision.labels,
+            cleanups=cleanups,
+            wake_at=decision.wake_at.timestamp() if decision.wake_at else None,
+            progress=bool(created),
+            acted_at=asyncio.get_running_loop().time(),
+        )
+
+    # The template
+
+    async def _check_template(self, sj: ScheduledJobView) -> None:
+        """Once per generation (and replica), a dry-run create of the template: a typo is then
+        reported at once as InvalidSpec, not at the first slot, which may be hours away."""
+        refused = sj.status.get("templateError") or {}
+        if self._checked.get((sj.namespace, sj.name)) == (sj.uid, sj.generation) or (
+            refused.get("generation") == sj.generation
+        ):
+            return
+        run = PlannedRun(f"{sj.name}-check", datetime.now(UTC), TRIGGER_SCHEDULE)
+        self.check_leading()
+        try:
+            for job in self._template_jobs(sj, run):
+                await self.api.create_job(job, dry_run=True)
+        except ApiError as error:
+            if error.status in (400, 422):
+                raise TemplateRefused(error.message) from error
+            return  # no verdict (429, 5xx, the fence's cache): checked again next time
+        # Interned, as the model's and the Events' copies are: one string each, not three.
+        key = (sys.intern(sj.namespace), sys.intern(sj.name))
+        self._checked[key] = (sys.intern(sj.uid), sj.generation)
+
+    def forget(self, key: Key) -> None:
+        """The ScheduledJob is gone: a churn of short-lived ones must not pile up here."""
+        self._checked.pop(key, None)
+
+    @property
+    def checked_templates(self) -> int:
+        """How many ScheduledJobs' templates are known to pass their dry run (tests)."""
+        return len(self._checked)
+
+    def _template_jobs(self, sj: ScheduledJobView, run: PlannedRun) -> list[dict[str, Any]]:
+        """The Jobs a run would create: one, or each step's and each compensation's."""
+        leader, token = self.leadership.identity, self.leadership.token
+        try:
+            steps = steps_of(sj.spec)
+        except SpecError:
+            return []  # decide() reports it
+        if steps is None:
+            return [build_job(sj, run, leader, token)]
+        owner = build_run(sj, run, steps, leader, token)
+        owner["metadata"]["uid"] = sj.uid  # a dry run: any owner will do
+        return [
+            build_step_job(owner, step, action, 1, leader, token)
+            for step in steps.steps
+            for action in (Action.RUN, *((Action.COMPENSATE,) if step.compensate else ()))
+        ]
+
+    async def _record_refused_template(
+        self, sj: ScheduledJobView, obj: dict[str, Any], message: str
+    ) -> None:
+        """Recorded for this generation; the next decision reports InvalidSpec and stops. Not
+        held back for creations: this one is among them, and a refusal is one write."""
+        refused = {"generation": sj.generation, "message": message}
+        current = obj.get("status") or {}
+        version = obj["metadata"]["resourceVersion"]
+        write = self.status_write(sj.ref, version, current, {**current, "templateError": refused})
+        if write is not None:
+            await self._write_status(write)
+
+    # Writes
+
+    def check_leading(self) -> None:
+        self.writer.check_leading()
+
+    def _store(self, kind: str) -> tuple[tuple[str, str], Model]:
+        """Where a run of `kind` lives: a Job's in the Jobs' model, a Run's in the Runs'."""
+        return (RUNS, self.runs) if kind == RUN_KIND else (JOBS, self.model)
+
+    async def _delete(self, owner: ObjectRef, deletion: PlannedDeletion) -> None:
+        # CancelOther waits until the run is gone, pods included (cronlease.core.decide.overlap); a
+        # Run goes in the background: its supervisor cancels its steps (and compensates) first.
+        foreground = deletion.reason is DeletionReason.CANCEL_OTHER and deletion.kind != RUN_KIND
+        resource, model = self._store(deletion.kind)
+        deleted = await self.writer.delete(
+            resource, owner.namespace, deletion.job_name, deletion.uid, foreground
+        )
+        model.deleted(owner.namespace, deletion.job_name, deletion.uid)  # gone or going
+        if deleted:
+            self.event(
+                owner,
+                "Normal",
+                "SuccessfulDelete",
+                f"deleted {deletion.kind} {deletion.job_name} ({deletion.reason})",
+            )
+
+    async def _create(self, sj: ScheduledJobView, run: PlannedRun) -> PlannedRelease:
+        """Create the run's Job, or its Run if the ScheduledJob has steps; what releases it: its
+        name, kind and uid (of the one an earlier attempt created, if adopted)."""
+        steps = steps_of(sj.spec)  # valid: decide() planned this run
+        leader, token = self.leadership.identity, self.leadership.token
+        body: bytes | None = None
+        if steps is None:
+            kind, model, resource = "Job", self.model, JOBS
+            body = self.prepared.take(sj, run, leader, token)
+            if body is None:
+                job = build_job(sj, run, leader, token)
+            else:  # built for exactly this run (core.bodies.preparation): it only names the Job
+                job = {"kind": "Job", "metadata": {"name": run.job_name, "namespace": sj.namespace}}
+        else:
+            kind, model, resource = RUN_KIND, self.runs, RUNS
+            job = build_run(sj, run, steps, leader, token)
+        try:
+            with model.reading():  # its Job's deletion seen before the response stays buried
+                created = await self.writer.create(resource, job, body)
+                model.upsert_job(created)  # Forbid must see it before its watch event arrives
+        except Exists:
+            uid = await self._adopt_existing(sj, run, kind)
+            return PlannedRelease(run.job_name, uid, kind)
+        except Refused as error:
+            if error.invalid:
+                raise TemplateRefused(str(error)) from error
+            self.event(sj.ref, "Warning", "FailedCreate", f"{kind} {run.job_name}: {error}")
+            raise RetryLater(f"creating {kind} {run.job_name}: {error}") from error
+        except RetryLater as error:
+            self.event(sj.ref, "Warning", "FailedCreate", f"{kind} {run.job_name}: {error}")
+            raise
+        lag = time.time() - (run.start or run.slot).timestamp()
+        metrics.jobs_created.labels(run.trigger).inc()
+        if run.attempt > 1:  # late by design: the delay after a failed attempt
+            metrics.run_attempts.labels(run.trigger).inc()
+        elif run.trigger == TRIGGER_SCHEDULE:
+            metrics.schedule_lag.observe(max(lag, 0.0))
+        self.event(sj.ref, "Normal", "SuccessfulCreate", f"created {kind} {run.job_name}")
+        return PlannedRelease(run.job_name, str(created["metadata"]["uid"]), kind)
+
+    async def _adopt_existing(self, sj: ScheduledJobView, run: PlannedRun, kind: str) -> str:
+        """AlreadyExists: a Job the leader wrote for this run (an earlier attempt's) is adopted:
+        its uid. Anyone else's is not, whatever owner reference it carries."""
+        _, model = self._store(kind)
+        with model.reading():
+            if kind == RUN_KIND:
+                existing = await self.api.get_run(sj.namespace, run.job_name)
+                info = run_info(existing)
+            else:
+                existing = await self.api.get_job(sj.namespace, run.job_name)
+                info = job_info(existing)
+            model.upsert_job(existing)
+        # A manual run's slot is its decision's "now": the retry's differs; its token does not.
+        same_run = (
+            info.run_now_token == run.run_now_token
+            if run.trigger == TRIGGER_MANUAL
+            else info.slot == run.slot
+        ) and (info.run_name, info.attempt) == (run.run_name, run.attempt)
+        if info.trusted and info.owner_uid == sj.uid and info.trigger == run.trigger and same_run:
+            return info.uid
+        # Someone else's Job holds the name: decided again at once, the slot is a NameConflict.
+        model.name_taken(sj.namespace, sj.uid, info)
+        raise Stale()
+
+    async def apply_requests(self, decision: Decision) -> Applied:
+        """Apply the RunRequest statuses and Events of a decision that has no ScheduledJob: at
+        once, not held back for creations (an actor runs it, and its own keys count as pending
+        creations: it would wait for itself)."""
+        try:
+            for event in decision.events:
+                if event.about is not None:
+                    self.event(event.about, event.type, event.reason, event.message)
+            for request in decision.requests:
+                await self._write_request_status(request)
+        except ENDINGS as error:
+            return ended(error, progress=False)
+        return Applied(Outcome.DONE)
+
+    # The slot-record finalizer
+
+    async def release(self, namespace: str, jobs: list[JobInfo]) -> Applied:
+        """Release the finalizer of Jobs whose ScheduledJob is gone: nothing can run them again,
+        and a namespace being deleted must not wait on us."""
+        try:
+            for job in jobs:
+                await self._release(namespace, PlannedRelease(job.name, job.uid, job.kind))
+        except NotLeading:
+            return Applied(Outcome.NOT_LEADING)
+        except RetryLater as error:
+            return Applied(Outcome.RETRY, error=str(error))
+        return Applied(Outcome.DONE)
+
+    async def _release(self, namespace: str, release: PlannedRelease) -> None:
+        resource, model = self._store(release.kind)
+        async with self._status_pool:
+            await self.writer.release(
+                resource, namespace, release.job_name, release.uid, FINALIZER_SLOT_RECORD
+            )
+        model.released(namespace, release.job_name)
+
+    async def _label(self, namespace: str, planned: PlannedLabel) -> None:
+        """A label that marks the end of a run's attempt (after the status write): a dead letter
+        (kept outside the history limits), or an attempt retried (never retried again)."""
+        resource, model = self._store(planned.kind)
+        with model.reading():
+            async with self._status_pool:
+                labelled = await self.writer.label(
+                    resource,
+                    namespace,
+                    planned.job_name,
+                    planned.uid,
+                    {planned.label: planned.value},
+                )
+            if labelled is None:  # gone, or another Job under that name now
+                return
+            model.upsert_job(labelled)  # the next decision must not label it again
+        if planned.label == LABEL_DEAD_LETTER and planned.value == "true":
+            metrics.dead_lettered.inc()
+
+    def _record(
+        self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision
+    ) -> StatusWrite | None:
+        """What the decision did and skipped: metrics and Events now, status after creations."""
+        for skip in decision.skips:
+            metrics.slots_skipped.labels(skip.reason.value).inc(skip.count)
+        for event in decision.events:
+            self.event(event.about or sj.ref, event.type, event.reason, event.message)
+        version = obj["metadata"]["resourceVersion"]
+        return self.status_write(sj.ref, version, obj.get("status") or {}, decision.status)
+
+    def status_write(
+        self, ref: ObjectRef, version: str, current: dict[str, Any], status: dict[str, Any]
+    ) -> StatusWrite | None:
+        """The patch from the object's `current` status to `status`, stamped; None if they are
+        equal. Only the fields that change: the write is conditional on `version`, so what it
+        leaves out is what the decision read."""
+        status = {
+            **status,
+            "leader": self.leadership.identity,
+            "fencingToken": self.leadership.token,
+        }
+        if status == current:
+            return None
+        # A merge patch deletes a key only when told to with null.
+        patch = {field: None for field in current if field not in status}
+        patch.update(
+            {field: value for field, value in status.items() if current.get(field) != value}
+        )
+        return StatusWrite(ref, version, patch)
+
+    async def _write_status(self, write: StatusWrite) -> None:
+        ref = write.ref
+        resource, get = (
+            (RUNREQUESTS, self.api.get_runrequest)
+            if ref.kind == REQUEST_KIND
+            else (SCHEDULEDJOBS, self.api.get_scheduledjob)
+        )
+        with self.model.reading():  # the response, or the fresh copy after a 409, is fed to it
+            try:
+                async with self._status_pool:
+                    updated = await self.writer.patch_status(
+                        resource, ref.namespace, ref.name, write.patch, write.version
+                    )
+            except Stale:
+                self._upsert(ref, await get(ref.namespace, ref.name))
+                raise
+            if updated is not None:
+                self._upsert(ref, updated)
+
+    async def _write_request_status(self, request: RequestStatus) -> None:
+        write = self.status_write(request.ref, request.version, request.previous, request.status)
+        if write is not None:
+            await self._write_status(write)
+
+    def _upsert(self, ref: ObjectRef, obj: dict[str, Any]) -> None:
+        if ref.kind == REQUEST_KIND:
+            self.model.upsert_runrequest(obj)
+        else:
+            self.model.upsert_scheduledjob(obj)
+
+    # Events
+
+    def event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+        """Events go out in the background: the hot path never waits for them. They are aggregated
+        (cronlease.shell.events): one writer per Event at a time, and what occurs while it waits
+        goes out in its next write."""
+        series = self.events.record(ref, event_type, reason, message)
+        if series is not None:
+            self._event_writers.put((series, asyncio.get_running_loop().time()))
+
+    async def _post_event(self, queued: tuple[EventSeries, float]) -> None:
+        series, since = queued
+        await self.creations.wait_turn(since)
+        if await self.events.flush(series):  # more occurred meanwhile: written next, in turn
+            self._event_writers.put((series, asyncio.get_running_loop().time()))
+
+    async def drain(self) -> None:
+        """Wait for the Events still being posted (tests, and a graceful stop)."""
+        await self._event_writers.drain()
