@@ -15,7 +15,7 @@ from builders import NAME, utc, view
 from prometheus_client import Counter
 
 import cronlease
-from cronlease.app.main import _count_result
+from cronlease.app.wiring import count_result
 from cronlease.core.bodies.jobtemplate import build_job
 from cronlease.core.decide.decision import PlannedRun, SkipReason
 from cronlease.core.decide.supervision import Action, Escalation
@@ -42,7 +42,7 @@ CALL_SITES: dict[tuple[str, tuple[str, ...]], list[set[str]]] = {
     # writer.Writer._write(verb: Verb)
     ("reconcile_errors", ("verb.value",)): [{v.value for v in Verb}],
     ("reconcile_errors", ("WATCH_OPERATION",)): [{WATCH_OPERATION}],
-    # main._count_result: the Model calls it for finished Jobs only (Succeeded or Failed); a
+    # wiring.count_result: the Model calls it for finished Jobs only (Succeeded or Failed); a
     # trusted Job's trigger is one of naming's (test_an_unknown_trigger_is_not_trusted), else
     # the untrusted trigger.
     ("job_results", ("info.state.value", "trigger")): [
@@ -184,14 +184,14 @@ async def test_job_results_are_counted_by_the_leader_only() -> None:
     metricseries.initialise("1.2.3")
     before = series(metrics.job_results)
     leader = SoleLeader("replica-a")
-    _count_result(leader, finished_job(JobState.SUCCEEDED))
-    _count_result(leader, finished_job(JobState.FAILED))
+    count_result(leader, finished_job(JobState.SUCCEEDED))
+    count_result(leader, finished_job(JobState.FAILED))
     made_up = finished_job(JobState.FAILED)
     made_up["metadata"]["annotations"][ANNOTATION_TRIGGER] = "Whenever"
-    _count_result(leader, made_up)
+    count_result(leader, made_up)
     standby = SoleLeader("replica-b")
     await standby.release()  # no longer leads
-    _count_result(standby, finished_job(JobState.SUCCEEDED))
+    count_result(standby, finished_job(JobState.SUCCEEDED))
     after = series(metrics.job_results)
     assert set(after) == set(before), "a new series appeared"
     grown = {

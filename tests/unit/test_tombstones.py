@@ -18,8 +18,7 @@ from test_watching import job, names
 from cronlease.core.names.naming import FINALIZER_SLOT_RECORD, LABEL_SCHEDULEDJOB
 from cronlease.shell.kube import JOBS, RUNREQUESTS
 from cronlease.shell.model import Model
-from cronlease.shell.modelwatch import JobWatch
-from cronlease.shell.scheduler import Scheduler
+from cronlease.shell.modelwatch import JobWatch, RunRequestWatch
 
 OWNER_UID = "uid-owner"
 COMPLETE = {
@@ -219,24 +218,33 @@ class Listed(asyncio.Event):
         super().set()
 
 
-async def test_a_seeding_listing_in_flight_does_not_resurrect_a_deleted_runrequest() -> None:
-    """The leader's one-time LIST of RunRequests runs beside kopf's watch: a page read before a
-    deletion may arrive after kopf delivered it. Once the seeding is done, nothing is kept."""
+async def test_a_listing_page_read_before_a_deletion_does_not_keep_the_runrequest() -> None:
+    """The RunRequest watch's listing page holds a request that is deleted before the page
+    arrives: the watch that follows the listing delivers the deletion, and nothing is kept."""
     shell = Shell()
-    shell.request("now", scheduledJobName="report")
+    shell.server.put(
+        {
+            "apiVersion": "cronlease.io/v1alpha1",
+            "kind": "RunRequest",
+            "metadata": {"name": "now", "namespace": NAMESPACE},
+            "spec": {"scheduledJobName": "report"},
+        }
+    )
     page = asyncio.Event()
     shell.server.hold("GET", r"/runrequests$", page, late=True)
     listed = asyncio.Event()
-    listed.set()
-    scheduler = Scheduler(shell.api, shell.leadership, shell.model, shell.wakeups, listed)
-    seeding = asyncio.create_task(scheduler._seed())
-    await eventually(lambda: shell.server.held == 1)  # the page holds "now"
-    shell.server.remove(*RUNREQUESTS, NAMESPACE, "now")
-    shell.model.delete_runrequest(last_deleted(shell))  # kopf's DELETED, as handlers.py feeds it
-    page.set()
-    await seeding
-    assert shell.model.runrequests_for(NAMESPACE, "report") == []
-    assert shell.model.sizes()["tombstones"] == 0
+    watch = RunRequestWatch(shell.api, shell.model, (), listed)
+    task = asyncio.create_task(watch.run())
+    try:
+        await eventually(lambda: shell.server.held == 1)  # the page holds "now"
+        shell.server.remove(*RUNREQUESTS, NAMESPACE, "now")
+        page.set()
+        await eventually(listed.is_set)
+        await eventually(lambda: shell.model.runrequests_for(NAMESPACE, "report") == [])
+        assert shell.model.sizes()["tombstones"] == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_a_write_in_flight_does_not_bring_back_what_a_relisting_found_gone() -> None:

@@ -14,9 +14,9 @@ from shell import Shell, eventually, scheduledjob
 
 from cronlease.core.bodies.runobject import run_info
 from cronlease.core.names.naming import ANNOTATION_SCHEDULED_AT, LABEL_SCHEDULEDJOB
-from cronlease.shell.kube import JOBS, RUNS, SCHEDULEDJOBS
+from cronlease.shell.kube import JOBS, RUNREQUESTS, RUNS, SCHEDULEDJOBS
 from cronlease.shell.model import Model
-from cronlease.shell.modelwatch import JobWatch, ScheduledJobWatch
+from cronlease.shell.modelwatch import JobWatch, RunRequestWatch, ScheduledJobWatch
 from cronlease.shell.runstore import RunStore
 from cronlease.shell.runwatch import RunWatch
 
@@ -176,6 +176,73 @@ async def test_the_scheduledjob_watch_follows_and_after_410_settles_a_deletion_i
         assert stored("added")
         assert (NAMESPACE, "listed") in shell.wakeups.pop_due()
         assert watch.unsynced(after=5) is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def runrequest(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "cronlease.io/v1alpha1",
+        "kind": "RunRequest",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"scheduledJobName": "report", "replay": {"deadLetters": True}},
+    }
+
+
+def requested(shell: Shell) -> set[str]:
+    return {obj["metadata"]["name"] for obj in shell.model.runrequests_for(NAMESPACE, "report")}
+
+
+async def test_the_runrequest_watch_follows_and_after_410_settles_a_deletion_it_missed() -> None:
+    """RunRequests are on the same list-then-watch as everything else: listed before a leader
+    decides, followed, and a deletion missed while no watch was open settled by the relisting
+    (its ScheduledJob woken, so that the request's Jobs are released)."""
+    shell = Shell()
+    shell.server.put(runrequest("listed"))
+    listed = asyncio.Event()
+    watch = RunRequestWatch(shell.api, shell.model, (), listed)
+    assert watch.unsynced(after=5) == "the RunRequest watch has not listed all namespaces yet"
+    task = asyncio.create_task(watch.run())
+    try:
+        await eventually(listed.is_set)
+        assert requested(shell) == {"listed"}
+        shell.server.put(runrequest("added"))
+        await eventually(lambda: requested(shell) == {"listed", "added"})
+        await eventually(lambda: shell.server.open_watches == 1)
+        shell.wakeups.pop_due()
+        shell.server.end_watches()
+        shell.server.remove(*RUNREQUESTS, NAMESPACE, "listed")
+        shell.server.compact()
+        await eventually(lambda: requested(shell) == {"added"})
+        assert (NAMESPACE, "report") in shell.wakeups.pop_due()
+        assert watch.unsynced(after=5) is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_without_the_runrequest_crd_there_are_none_until_it_is_served() -> None:
+    """CRDs managed outside the chart may lag an upgrade: a 404 for RunRequests lists none, so a
+    new leader does not wait and readiness and liveness hold; the watch keeps trying, and once
+    the resource is served its objects come in."""
+    shell = Shell()
+    shell.server.put(runrequest("early"))
+    clock = [1000.0]
+    listed = asyncio.Event()
+    watch = RunRequestWatch(shell.api, shell.model, (), listed, clock=lambda: clock[0])
+    shell.server.fail(
+        "GET", r"/runrequests$", 404, "the server could not find the resource", 0, 1000
+    )
+    task = asyncio.create_task(watch.run())
+    try:
+        await eventually(listed.is_set)
+        assert requested(shell) == set()
+        clock[0] += 3600
+        assert watch.unsynced(after=5) is None
+        assert watch.stuck(after=60) is None
+        shell.server.faults.clear()
+        await eventually(lambda: requested(shell) == {"early"})
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

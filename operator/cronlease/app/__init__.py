@@ -1,2 +1,2 @@
-"""The process: options, the kopf entry point and its handlers, health, the heartbeat command
-of step pods, heap trimming. The only layer that imports every other (but kubectl)."""
+"""The process: the composition root (wiring), the entry point under kopf (main), options,
+health, the heartbeat command of step pods, heap trimming. The only layer that builds the others."""

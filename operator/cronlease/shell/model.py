@@ -289,6 +289,14 @@ class Model:
         self._notify_request(key)  # its ScheduledJob releases the request's Jobs
         self._index_request(key, None)
 
+    def forget_unlisted_runrequests(self, namespace: str, listed: set[Key], version: str) -> None:
+        """As forget_unlisted_jobs: a RunRequest deleted while no watch was open goes as its
+        DELETED event would take it (its ScheduledJob releases the request's Jobs)."""
+        for key in _unlisted(self._requests, namespace, listed, version):
+            obj = self._requests[key].unpack()
+            obj["metadata"]["resourceVersion"] = version
+            self.delete_runrequest(obj)
+
     def runrequests_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The RunRequests that name the ScheduledJob (namespace, name), as fresh copies."""
         keys = self._requests_by_scheduledjob.get((namespace, name), set())
@@ -485,8 +493,7 @@ class Model:
         only while a read that began before it is in flight: none is made while no read is,
         and when a read ends, those buried before the oldest read still in flight (all of them,
         when none is) are dropped. The watches need none: a list-then-watch delivers one
-        object's events in order and lists again only after its watch ended, and so does
-        kopf's, per RunRequest (docs/design-notes.md).
+        object's events in order and lists again only after its watch ended.
         """
         mark = self._burials
         self._reads[mark] = self._reads.get(mark, 0) + 1

@@ -1,6 +1,7 @@
-"""The watches that feed the live model: ScheduledJobs and the Jobs they own, and for multi-step
-runs (cronlease.shell.runwatch) the Runs, step Jobs and heartbeat Leases; each one list-then-watch
-(cronlease.shell.listwatch) per watched namespace (docs/design-notes.md, items 8 and 102).
+"""The watches that feed the live model: ScheduledJobs, the Jobs they own and RunRequests, and for
+multi-step runs (cronlease.shell.runwatch) the Runs, step Jobs and heartbeat Leases; each one
+list-then-watch (cronlease.shell.listwatch) per watched namespace (docs/design-notes.md, items 8,
+102 and 120). Every collection the operator reads is watched here, and only here.
 
 Each event costs a JSON parse and a resourceVersion comparison. kopf's per-event machinery (a
 worker task, a memory per object, a parse with the standard library) cost more for each of the
@@ -19,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from cronlease.core.names.naming import LABEL_SCHEDULEDJOB
 from cronlease.shell import metrics
-from cronlease.shell.kube import JOBS, SCHEDULEDJOBS, KubeApi, resource_path
+from cronlease.shell.kube import JOBS, RUNREQUESTS, SCHEDULEDJOBS, ApiError, KubeApi, resource_path
 from cronlease.shell.listwatch import ListWatch
 from cronlease.shell.model import Key, Model, key_of
 
@@ -51,6 +52,9 @@ class ModelWatch(Generic[S]):
     noun: ClassVar[str]  # for readiness: "the Job watch of ..."
     resource: ClassVar[tuple[str, str]]
     selector: ClassVar[str | None] = None
+    # A collection whose resource may not be served (its CRD not installed yet): a 404 lists
+    # it as empty, for the leader and for readiness, and the watch keeps trying until it is.
+    optional: ClassVar[bool] = False
 
     @staticmethod
     def feed_of(target: S) -> Feed:
@@ -70,6 +74,7 @@ class ModelWatch(Generic[S]):
         self.listed = listed
         self._query = [("labelSelector", self.selector)] if self.selector else []
         self._unlisted = set(self.scopes)
+        self._absent: set[str] = set()  # scopes of an optional resource the server lacks
         self._clock = clock
         self._watches = [self._watch(scope) for scope in self.scopes]
 
@@ -81,7 +86,7 @@ class ModelWatch(Generic[S]):
         seconds without a success in between (readiness reports it: decisions go on, on a model
         that no longer sees its objects)."""
         for scope, watch in zip(self.scopes, self._watches, strict=True):
-            if watch.failing_for() >= after:
+            if scope not in self._absent and watch.failing_for() >= after:
                 where = scope or "all namespaces"
                 return (
                     f"the {self.noun} watch of {where} has failed for {watch.failing_for():.0f} s"
@@ -104,9 +109,15 @@ class ModelWatch(Generic[S]):
         )
 
     def scope_listed(self, namespace: str) -> None:
+        self._absent.discard(namespace)
         self._unlisted.discard(namespace)
         if not self._unlisted:
             self.listed.set()
+
+    def scope_absent(self, namespace: str) -> None:
+        """The server does not serve the optional resource: it has none of its objects."""
+        self.scope_listed(namespace)
+        self._absent.add(namespace)
 
 
 class JobWatch(ModelWatch[Model]):
@@ -129,6 +140,18 @@ class ScheduledJobWatch(ModelWatch[Model]):
     def feed_of(target: Model) -> Feed:
         forget = target.forget_unlisted_scheduledjobs
         return Feed(target.upsert_scheduledjob, target.delete_scheduledjob, forget, target.reading)
+
+
+class RunRequestWatch(ModelWatch[Model]):
+    """Every RunRequest in the watched namespaces. Optional: with the CRDs managed outside the
+    chart and not upgraded yet, there are none, and scheduling must not wait for them."""
+
+    noun, resource, optional = "RunRequest", RUNREQUESTS, True
+
+    @staticmethod
+    def feed_of(target: Model) -> Feed:
+        forget = target.forget_unlisted_runrequests
+        return Feed(target.upsert_runrequest, target.delete_runrequest, forget, target.reading)
 
 
 class _ScopeObserver:
@@ -156,4 +179,7 @@ class _ScopeObserver:
 
     def failed(self, error: Exception) -> None:
         self._listing = set()  # a listing that broke off settles nothing; the next one starts anew
+        if self.watch.optional and isinstance(error, ApiError) and error.status == 404:
+            self.watch.scope_absent(self.namespace)  # not an error: the resource is not served
+            return
         metrics.reconcile_errors.labels(WATCH_OPERATION).inc()

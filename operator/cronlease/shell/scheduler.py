@@ -26,10 +26,9 @@ from cronlease.core.decide.runrequest import RunRequestView
 from cronlease.core.names.jobinfo import JobInfo
 from cronlease.core.names.naming import parse_time
 from cronlease.core.specs.spec import steps_of
-from cronlease.shell import backoff
 from cronlease.shell.applier import Applied, Applier, FollowUp, Outcome
 from cronlease.shell.keyedloop import KeyedLoop
-from cronlease.shell.kube import ApiError, KubeApi
+from cronlease.shell.kube import KubeApi
 from cronlease.shell.leadership import Leadership
 from cronlease.shell.model import Key, Model
 from cronlease.shell.wakeups import WakeupQueue
@@ -73,7 +72,6 @@ class Scheduler:
         self.namespaces = namespaces
         self.applier = applier or Applier(api, leadership, model, max_concurrency)
         self._clock = clock  # "now" for decisions (tests pass their own)
-        self._seeded = False
         # Pending creations hold status writes back (cronlease.shell.applier.CreationsFirst): a
         # worker counts as one from before its first key to after its last, so the keys still
         # queued count too, not only those being decided.
@@ -106,43 +104,9 @@ class Scheduler:
                 yield key
 
     async def _ready(self) -> None:
+        """A new leader decides once the watches have listed ScheduledJobs, Jobs, Runs and
+        RunRequests: on a partial model, Forbid could miss a run, or a request look cancelled."""
         await self._listed.wait()
-        if not self._seeded:
-            await self._seed()
-
-    async def _seed(self) -> None:
-        """Fill the model's RunRequests once before the first decision.
-
-        The ScheduledJobs and Jobs come from our own watches, whose first listings are awaited
-        first (`listed`). kopf keeps RunRequests current on every replica but has no public
-        signal for "initial listing done", so they are listed here. Without all three a new
-        leader could decide on a partial model (Forbid, or a request that looks cancelled).
-        """
-        for attempt in itertools.count(1):
-            try:
-                with self.model.reading():  # kopf may deliver a deletion meanwhile
-                    for namespace in self.namespaces or ("",):
-                        await self._seed_requests(namespace)
-                break
-            except Exception as error:  # 429 while the CRD settles, a dropped connection
-                delay = backoff.SEEDING.delay(attempt)
-                log.warning("seeding the model: %s; retrying in %.1f s", error, delay)
-                await asyncio.sleep(delay)
-        self._seeded = True
-        log.info("model seeded with %d ScheduledJobs", self.model.scheduledjob_count)
-
-    async def _seed_requests(self, namespace: str) -> None:
-        """A request missing from the model would look cancelled: its Jobs released before it
-        has recorded them. Without the RunRequest CRD (CRDs managed outside the chart, not yet
-        upgraded) there are none, and scheduling must not wait for it."""
-        try:
-            async for items, _ in self.api.list_runrequests(namespace):
-                for item in items:
-                    self.model.upsert_runrequest(item)
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            log.warning("no RunRequest resource (%s): replay and backfill are off", error.message)
 
     def _by_priority(self, keys: list[Key]) -> list[Key]:
         """The ScheduledJobs due together, highest spec.priority first (in the order they fell
