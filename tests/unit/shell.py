@@ -118,9 +118,8 @@ class Shell:
 
     async def apply(self, name: str, obj: dict[str, Any] | None = None) -> Applied:
         """One reconcile of `name` (decided on `obj`, a copy the test chose, if given)."""
-        return await self.applier.apply(
-            lambda: obj or self.model.scheduledjob((NAMESPACE, name)), self.scheduler.decide
-        )
+        acted = await self.scheduler.act_on(obj or self.model.scheduledjob((NAMESPACE, name)))
+        return await self.scheduler.finish_act(acted)
 
     def successor(self, leadership: Leadership | None = None) -> Shell:
         """The next leader after a crash or a handover: a cold model, filled from a listing."""

@@ -188,7 +188,7 @@ def test_every_trigger_and_result_the_operator_writes_is_in_the_schema(
     schema: dict[str, Any],
 ) -> None:
     """A value the schema does not list makes the API server refuse the whole status write."""
-    from cronlease.core.decide.reconcile import RESULTS
+    from cronlease.core.decide.history import RESULTS
     from cronlease.core.names.naming import REQUEST_TRIGGERS, TRIGGER_MANUAL, TRIGGER_SCHEDULE
 
     entry = schema["properties"]["status"]["properties"]["recentRuns"]["items"]["properties"]

@@ -31,13 +31,9 @@ from builders import after_apply, condition, job_template, names, view
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from cronlease.core.decide.reconcile import (
-    ON_TIME_TOLERANCE,
-    Decision,
-    PlannedRun,
-    ScheduledJobView,
-    decide,
-)
+from cronlease.core.decide.decision import Decision, PlannedRun, ScheduledJobView
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.decide.slots import ON_TIME_TOLERANCE
 from cronlease.core.names.jobinfo import JobInfo, JobState
 from cronlease.core.names.naming import (
     ANNOTATION_RUN_NOW,

@@ -39,16 +39,10 @@ from builders import (
     view,
 )
 
-from cronlease.core.decide.reconcile import (
-    MAX_CATCH_UP_RUNS,
-    MAX_ENUMERATED_SLOTS,
-    RECENT_RUNS,
-    Decision,
-    PlannedDeletion,
-    ScheduledJobView,
-    SkipReason,
-    decide,
-)
+from cronlease.core.decide.decision import Decision, PlannedDeletion, ScheduledJobView, SkipReason
+from cronlease.core.decide.history import RECENT_RUNS
+from cronlease.core.decide.reconcile import decide
+from cronlease.core.decide.slots import MAX_CATCH_UP_RUNS, MAX_ENUMERATED_SLOTS
 from cronlease.core.names.jobinfo import JobInfo, JobState
 from cronlease.core.names.naming import (
     TRIGGER_MANUAL,

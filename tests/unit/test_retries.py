@@ -32,7 +32,8 @@ from builders import (
 from shell import Shell
 
 from cronlease.core.bodies.jobtemplate import build_job
-from cronlease.core.decide.reconcile import DeletionReason, PlannedRun, ScheduledJobView, decide
+from cronlease.core.decide.decision import DeletionReason, PlannedRun, ScheduledJobView
+from cronlease.core.decide.reconcile import decide
 from cronlease.core.names.jobinfo import JobInfo, JobState, job_info
 from cronlease.core.names.naming import (
     FINALIZER_SLOT_RECORD,

@@ -32,7 +32,8 @@ from builders import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cronlease.core.decide.reconcile import Decision, PlannedRun, ScheduledJobView, decide
+from cronlease.core.decide.decision import Decision, PlannedRun, ScheduledJobView
+from cronlease.core.decide.reconcile import decide
 from cronlease.core.names.jobinfo import JobInfo, JobState
 from cronlease.core.names.naming import TRIGGER_SCHEDULE, format_time, parse_time
 

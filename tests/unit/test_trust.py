@@ -25,7 +25,8 @@ from builders import (
 )
 
 from cronlease.core.bodies.jobtemplate import build_job
-from cronlease.core.decide.reconcile import PlannedRun, SkipReason, decide
+from cronlease.core.decide.decision import PlannedRun, SkipReason
+from cronlease.core.decide.reconcile import decide
 from cronlease.core.names.jobinfo import JobState, job_info
 from cronlease.core.names.naming import (
     ANNOTATION_FENCING_TOKEN,

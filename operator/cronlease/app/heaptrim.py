@@ -1,4 +1,4 @@
-"""Hand the C heap's free pages back to the kernel after a burst (docs/design-notes.md, 102).
+"""Hand the C heap's free pages back to the kernel after a burst (decision 0015; design note 102).
 
 Every object larger than 512 bytes (a packed ScheduledJob, a response body, a page of a
 listing) comes from glibc's malloc, not pymalloc. glibc gives back by itself only what is free

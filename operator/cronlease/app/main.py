@@ -42,8 +42,8 @@ EXIT_CONFIG = 78
 
 
 async def run(args: argparse.Namespace) -> None:
-    """The operator (app.wiring) under kopf: kopf logs in, handles the signals and runs the
-    cleanup; it watches nothing (every collection is on our own watches, design note 120)."""
+    """The operator (app.wiring) under kopf: kopf logs in, handles the signals and runs the cleanup;
+    it watches nothing (every collection is on our own watches, decision 0002; design note 120)."""
     operator = Operator(args)
     if not args.leader_election:
         # A watched namespace is within the policy's scope; all are when all are watched.

@@ -1,5 +1,5 @@
 """adopt: a CronJob handed over to the equivalent ScheduledJob with no double and no lost run
-(docs/design-notes.md, item 90); --dry-run prints it and every difference that applies, and so
+(decision 0005; design note 90); --dry-run prints it and every difference that applies, and so
 does the handover itself. Time is the API server's: where the ScheduledJob starts is capped by its
 creationTimestamp (as the operator caps it), and "now" for the differences is the server's."""
 
@@ -27,8 +27,8 @@ from cronlease.kubectl.translate import (
 )
 from cronlease.kubectl.window import check_name
 
-# After the suspension, how long the CronJob controller may still act on a sync it began before
-# it saw it (it wakes 100 ms after a slot; a sync takes milliseconds): docs item 90.
+# After the suspension, how long the CronJob controller may still act on a sync it began before it
+# saw it (it wakes 100 ms after a slot; a sync takes milliseconds): decision 0005; design note 90.
 SETTLE_SECONDS = 2.0
 # After a dry run's manifest: what applying it does, which is not what adopt does.
 DRY_RUN_NOTE = "\n".join(
@@ -123,7 +123,7 @@ def _handover(
     """Once the suspended CronJob has settled (and, under Forbid or Replace, its running Jobs
     have ended, as cronlease does not count them as its own): the CronJob as its owner left it
     (re-read, without adopt's suspension) and the slot of its latest Job, read now that it runs
-    no more (docs item 90)."""
+    no more (decision 0005; design note 90)."""
     name, uid = cronjob["metadata"]["name"], cronjob["metadata"]["uid"]
     suspended_at = time.monotonic()
     wait(

@@ -11,7 +11,7 @@ manifest is applied, and the operator would run the slots after it that the Cron
 The ScheduledJob keeps the CronJob's name on purpose: both name a slot's Job `<name>-<minutes since
 the epoch>` (`cronlease.core.names.naming.scheduled_job_name`), so a slot the CronJob runs at the
 very moment of the handover and the same slot run by cronlease are one Job name, and the API server
-lets only one of them exist (docs/design-notes.md, item 90).
+lets only one of them exist (decision 0005; design note 90).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class DeadLetter:
 
 def dead_letters(jobs: Sequence[dict[str, Any]]) -> list[DeadLetter]:
     """The dead letters among `jobs` (labelled cronlease.io/dead-letter=true: the record,
-    docs item 48), newest failure last."""
+    design note 48), newest failure last."""
     letters = []
     for job in jobs:
         info = job_info(job)

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -100,14 +100,14 @@ EVENT_WRITERS = 4
 # Deletions a creation waits on (the run it replaces, the other it cancels) go before it, in
 # the acting slot. The others (history, expired dead letters) are cleanup: they wait behind the
 # burst's creations like status writes, since each costs the API server a Job and its pods'
-# deletions right when it is busiest (docs/design-notes.md, 104).
+# deletions right when it is busiest (decision 0014; design note 104).
 CLEARING = frozenset({DeletionReason.REPLACE, DeletionReason.CANCEL_OTHER})
 
 
 @dataclass(frozen=True, slots=True)
 class StatusWrite:
     """A status merge patch, conditional on the version it was decided on: all a reconcile keeps
-    while it waits for creations to drain (docs/design-notes.md, item 12)."""
+    while it waits for creations to drain (decision 0015; design note 12)."""
 
     ref: ObjectRef
     version: str
@@ -116,9 +116,9 @@ class StatusWrite:
 
 @dataclass(frozen=True, slots=True)
 class FollowUp:
-    """What a decision leaves to write once its creations are made: all a reconcile keeps while
-    it waits for creations to drain, not its object nor its decision (docs/design-notes.md,
-    items 12 and 100)."""
+    """What a decision leaves to write once its creations are made: all a reconcile keeps while it
+    waits for creations to drain, not its object nor its decision (decision 0015; design notes 12
+    and 100)."""
 
     owner: ObjectRef
     status: StatusWrite | None
@@ -214,7 +214,6 @@ class Applier:
         # before deciding, so decisions interleave with the responses instead of all running
         # before the first response is read.
         self.acting_slots, self.writing_slots = max_concurrency, max(1, max_concurrency // 4)
-        self._act_pool = asyncio.Semaphore(self.acting_slots)
         self._status_pool = asyncio.Semaphore(self.writing_slots)
         self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
         # One Event write per worker, a few workers: Events are informational.
@@ -233,27 +232,16 @@ class Applier:
     def leadership(self, leadership: Leadership) -> None:
         self.writer.leadership = leadership
 
-    async def apply(
-        self,
-        load: Callable[[], dict[str, Any] | None],
-        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
-    ) -> Applied:
-        """Decide on the ScheduledJob `load` reads from the model and apply the decision."""
-        acted = await self.act(load, decide)
-        return acted if isinstance(acted, Applied) else await self.follow_up(acted)
-
     async def act(
-        self,
-        load: Callable[[], dict[str, Any] | None],
-        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+        self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision
     ) -> Applied | FollowUp:
-        """The first half of apply(): the object is read, and the decision made, inside one of
-        the bounded acting slots, so that at a burst decisions interleave with create responses,
-        and the reconciles still waiting for a slot hold no copy of their object. What is left
-        to write (for follow_up()), or how it ended if nothing is."""
+        """The first half of applying `decision`, made on `obj`: its deletions that clear the way
+        and its creations. What is left to write (for follow_up()), or how it ended if nothing
+        is. The caller decides; at a burst it holds one of the keyed loop's workers, which bound
+        how many act at once (as many as `acting_slots`)."""
         created: list[PlannedRelease] = []
         try:
-            after = await self._act(load, decide, created)
+            after = await self._act(sj, obj, decision, created)
         except ENDINGS as error:
             # Jobs created before the failure: the next decision records them. Progress, not a
             # failing object.
@@ -284,49 +272,42 @@ class Applier:
 
     async def _act(
         self,
-        load: Callable[[], dict[str, Any] | None],
-        decide: Callable[[ScheduledJobView], Awaitable[Decision]],
+        sj: ScheduledJobView,
+        obj: dict[str, Any],
+        decision: Decision,
         created: list[PlannedRelease],
     ) -> FollowUp | None:
-        """Read, decide, delete and create in an acting slot; what is left to write after the
-        creations, or None if the template was refused (recorded here: its status write wakes
-        the decision that reports InvalidSpec)."""
+        """Check the template, delete and create; what is left to write after the creations, or
+        None if the template was refused (recorded here: its status write wakes the decision
+        that reports InvalidSpec)."""
         runs: list[tuple[PlannedRun, PlannedRelease]] = []
         cleanups: list[PlannedDeletion] = []  # the follow-up's, behind the creations
         refused: str | None = None
         with self.creations.creating():
-            async with self._act_pool:
-                obj = load()
-                if obj is None or obj["metadata"].get("deletionTimestamp"):
-                    raise Stale()  # gone while it waited: decided again, as gone
-                sj = ScheduledJobView.from_object(obj)
-                try:
-                    await self._check_template(sj)
-                    decision = await decide(sj)
-                    for deletion in decision.deletions:
-                        if deletion.reason in CLEARING:
-                            await self._delete(sj.ref, deletion)
-                        else:
-                            cleanups.append(deletion)
-                    for run in decision.runs:
-                        with logfields.bound(run=run.run or run.job_name, slot=run.slot):
-                            release = await self._create(sj, run)
-                        created.append(release)
-                        runs.append((run, release))
-                except TemplateRefused as error:
-                    refused = str(error)
-                except NamespaceTerminating:
-                    log.info(
-                        "%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name
-                    )
-                    raise
+            try:
+                await self._check_template(sj)
+                for deletion in decision.deletions:
+                    if deletion.reason in CLEARING:
+                        await self._delete(sj.ref, deletion)
+                    else:
+                        cleanups.append(deletion)
+                for run in decision.runs:
+                    with logfields.bound(run=run.run or run.job_name, slot=run.slot):
+                        release = await self._create(sj, run)
+                    created.append(release)
+                    runs.append((run, release))
+            except TemplateRefused as error:
+                refused = str(error)
+            except NamespaceTerminating:
+                log.info("%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name)
+                raise
         if refused is not None:
             await self._record_refused_template(sj, obj, refused)
             return None
         # Recorded by this decision's status write: the runs it created and the existing Jobs it
         # records (unless their runs may still need them: a later decision releases those). A
         # request's run stays held until its request has recorded its result, which a later
-        # decision does (_plan_releases), whatever the ScheduledJob's retry policy.
+        # decision does (core.decide.releases), whatever the ScheduledJob's retry policy.
         recorded = [
             (run, PlannedRelease(job.name, job.uid, job.kind))
             for run, job in decision.recorded

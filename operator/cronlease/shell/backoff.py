@@ -23,7 +23,5 @@ class Backoff:
 RECONCILE = Backoff(1.0, 60.0)
 # A watch or a listing that broke: 0.5 s, 1 s, ... 10 s (an API server restart takes seconds).
 WATCH = Backoff(0.5, 10.0)
-# Listing the model at takeover: right after the CRD is installed the API server answers 429.
-SEEDING = Backoff(0.5, 10.0)
 # A write the fencing policy refused although we hold the Lease: its cache lags by milliseconds.
 FENCING = Backoff(0.05, 1.6)

@@ -116,7 +116,7 @@ class EventSeries:
     The recorder keeps one per key for an hour (`keep`): at 5,000 ScheduledJobs that is 10,000 of
     them at rest, so an idle one keeps only what the next write needs. The message goes once
     written, the name is derived again when a write needs it, the first timestamp is a number,
-    and the ref's strings are the ones the model already interned (design note 118).
+    and the ref's strings are the ones the model already interned (decision 0015; design note 118).
     """
 
     ref: ObjectRef
@@ -171,7 +171,7 @@ class EventRecorder:
         """Count one occurrence. Returns the series if the caller must start a writer for it
         (`flush` until it returns False); None if a write for it is already scheduled."""
         # Normal ones at debug (--verbose): the Event is the record, and at a burst of 1,000
-        # creations a line each was 4% of the operator's CPU (docs/design-notes.md 96).
+        # creations a line each was 4% of the operator's CPU (decision 0016; design note 96).
         log.log(
             logging.WARNING if event_type == "Warning" else logging.DEBUG,
             "%s/%s %s: %s",

@@ -1,4 +1,4 @@
-"""The keyed loop (design decision 2): every controller in the process runs on one of these.
+"""The keyed loop (decision 0003): every controller in the process runs on one of these.
 
 The semantics are client-go's workqueue: a key waiting to be reconciled is queued once however
 often it is added (the dirty set); a key being reconciled is never reconciled twice at once, and

@@ -1,7 +1,7 @@
 """The API calls the operator makes, over a small `Transport` seam.
 
 `KubeApi` knows paths, verbs and bodies; a `Transport` moves bytes. The real transport is plain
-aiohttp logged in the way kopf logs in (design decision 7); unit tests plug in a fake API server
+aiohttp logged in the way kopf logs in (decision 0008); unit tests plug in a fake API server
 (tests/unit/fakeapi.py) that models resourceVersions, conflicts, watches and lost responses.
 Every URL the operator and its tools use is built by `resource_path`, here and nowhere else.
 """
@@ -36,7 +36,7 @@ IDLE_CONNECTION = 5.0
 # asyncio gives each TLS connection a zero-filled read buffer for the connection's life, 256 KiB
 # by default: 24 MB resident for the 64 connections of a burst, most of the operator's RSS
 # growth at one, and still there while they idle in keep-alive. 64 KiB holds four TLS records
-# a read and takes half of that (docs/design-notes.md, item 103).
+# a read and takes half of that (decision 0014; design note 103).
 TLS_READ_BUFFER = 64 * 1024
 SCHEDULEDJOBS = (f"{GROUP}/{VERSION}", PLURAL)
 RUNREQUESTS = (f"{GROUP}/{VERSION}", REQUEST_PLURAL)
@@ -127,7 +127,7 @@ def login() -> kopf.ConnectionInfo:
 def _trusts_environment(server: str) -> bool:
     """Honour the proxy variables only where one applies to the API server: a session that
     trusts the environment reads ~/.netrc and the proxy variables again on every request, in
-    two worker-thread hops (see docs/design-notes.md, item 10)."""
+    two worker-thread hops (see decision 0008; design note 10)."""
     host = URL(server)
     proxy = urllib.request.getproxies().get(host.scheme or "https")
     return bool(proxy) and not urllib.request.proxy_bypass(host.host or "")
@@ -246,11 +246,11 @@ class KubeApi:
     async def list_pages(
         self, path: str, query: Query | None = None
     ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
-        """A LIST, LIST_PAGE items at a time, with the listing's resourceVersion: the caller
-        keeps what it needs of a page before the next one is read (docs/design-notes.md,
-        item 12: whole listings set the process's memory high-water mark). No resourceVersion:
-        a consistent read, never older than what a watch already delivered (the model's
-        tombstones rely on it: cronlease.shell.model.Model.reading)."""
+        """A LIST, LIST_PAGE items at a time, with the listing's resourceVersion: the caller keeps
+        what it needs of a page before the next one is read (decision 0015; design note 12: whole
+        listings set the process's memory high-water mark). No resourceVersion: a consistent read,
+        never older than what a watch already delivered (the model's tombstones rely on it:
+        cronlease.shell.model.Model.reading)."""
         token = ""
         while True:
             page_query = [*(query or []), ("limit", str(LIST_PAGE))]

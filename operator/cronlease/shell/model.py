@@ -30,7 +30,7 @@ Key = tuple[str, str]  # (namespace, name)
 
 def key_of(obj: dict[str, Any]) -> Key:
     """Its (namespace, name), the namespace interned: the model keeps a key per object, and one
-    namespace's objects share its string (design note 105)."""
+    namespace's objects share its string (decision 0015; design note 105)."""
     metadata = obj["metadata"]
     return sys.intern(metadata.get("namespace", "")), metadata["name"]
 
@@ -71,7 +71,7 @@ class StoredObject:
 
     Kept as parsed JSON, each one was about a hundred small dicts and strings, allocated in the
     middle of the garbage of the response it came from; those pinned the allocator's arenas
-    after a LIST or a burst of status writes (docs/design-notes.md, item 12). One bytes object
+    after a LIST or a burst of status writes (decision 0015; design note 12). One bytes object
     each is far smaller and pins nothing; compressed (zlib at its fastest level), half of that
     again (item 103), and with a preset dictionary of what ScheduledJobs have in common, a fifth
     (cronlease.shell.packing, item 118).
@@ -80,8 +80,8 @@ class StoredObject:
     version: str
     packed: bytes
     deleting: bool = False  # it has a deletionTimestamp
-    # A ScheduledJob's spec.priority, read when a burst is ordered: decoding every due object
-    # for it took a twentieth of the operator's CPU at a burst of 1,000 (design note 105).
+    # A ScheduledJob's spec.priority, read when a burst is ordered: decoding every due object for it
+    # took a twentieth of the operator's CPU at a burst of 1,000 (decision 0015; design note 105).
     priority: int = 0
 
     def unpack(self) -> dict[str, Any]:
@@ -336,7 +336,7 @@ class Model:
         stored = _stored_job(obj, self._read)
         known = self._owners.get(stored.owner_key) if stored.owner_key else None
         if known is not None and known == stored.owner:
-            # The ScheduledJob's own key, not a copy per Job (design note 103).
+            # The ScheduledJob's own key, not a copy per Job (decision 0014; design note 103).
             stored = dataclasses.replace(stored, owner=known)
         self._jobs[key] = stored
         info = stored.info

@@ -1,7 +1,7 @@
 """The watches that feed the live model: ScheduledJobs, the Jobs they own and RunRequests, and for
 multi-step runs (cronlease.shell.runwatch) the Runs, step Jobs and heartbeat Leases; each one
-list-then-watch (cronlease.shell.listwatch) per watched namespace (docs/design-notes.md, items 8,
-102 and 120). Every collection the operator reads is watched here, and only here.
+list-then-watch (cronlease.shell.listwatch) per watched namespace (decisions 0002 and 0015; design
+notes 8, 102 and 120). Every collection the operator reads is watched here, and only here.
 
 Each event costs a JSON parse and a resourceVersion comparison. kopf's per-event machinery (a
 worker task, a memory per object, a parse with the standard library) cost more for each of the

@@ -6,7 +6,7 @@ makes is about 725 bytes: deflate finds little to repeat inside a single 1.5 KB 
 ScheduledJobs are alike: the same field names, the status this operator writes (its conditions,
 reasons and messages), the usual pod template. zlib takes a preset dictionary of such text, and a
 document is then compressed as if it followed it: the same object packs to about 310 bytes,
-in about the time it took alone (design note 118).
+in about the time it took alone (decision 0015; design note 118).
 
 The dictionary lives only in this process (nothing packed is ever written out), so changing it
 changes nothing but the ratio. Its most common strings are last: deflate reaches back to the

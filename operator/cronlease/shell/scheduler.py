@@ -7,7 +7,7 @@ outcome. The model wakes an object whenever its ScheduledJob or one of its Jobs 
 At a burst thousands fall due at once. They wait as keys in the loop, worked by as many workers
 as the applier has acting slots (decide, delete, create); what each leaves to write waits as a
 record for the loop's writers, as many as the applier has writing slots. A waiting reconcile
-costs its key or its record, not a task with its frames (design note 103).
+costs its key or its record, not a task with its frames (decision 0014; design note 103).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from cronlease.core.decide.decision import Decision, ScheduledJobView
 from cronlease.core.decide.reconcile import decide
@@ -116,7 +117,10 @@ class Scheduler:
 
     async def reconcile(self, key: Key) -> Applied:
         """One reconcile of the ScheduledJob `key`, its writes included (tests)."""
-        acted = await self._act(key)
+        return await self.finish_act(await self._act(key))
+
+    async def finish_act(self, acted: Applied | FollowUp) -> Applied:
+        """What act_on() left to write, written (tests; the loop's writers do it otherwise)."""
         return acted if isinstance(acted, Applied) else await self.applier.follow_up(acted)
 
     async def _act(self, key: Key) -> Applied | FollowUp:
@@ -135,8 +139,16 @@ class Scheduler:
                 return released
             waiting = plan_waiting(key[1], self._requests(*key), self._clock())
             return await self.applier.apply_requests(waiting)
-        # Read in the acting slot: thousands of reconciles wait for one at a burst.
-        return await self.applier.act(lambda: self.model.scheduledjob(key), self.decide)
+        # Read once a worker has the key: at a burst thousands wait as keys, holding no copy.
+        return await self.act_on(self.model.scheduledjob(key))
+
+    async def act_on(self, obj: dict[str, Any] | None) -> Applied | FollowUp:
+        """Decide on the ScheduledJob `obj` (the model's copy; a test's own) and hand the
+        decision to the applier, which acts on it; what is left to write, if anything."""
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return Applied(Outcome.STALE)  # gone while it waited: decided again, as gone
+        sj = ScheduledJobView.from_object(obj)
+        return await self.applier.act(sj, obj, await self.decide(sj))
 
     def _requests(self, namespace: str, name: str) -> list[RunRequestView]:
         """The RunRequests for the ScheduledJob; one being deleted (a finalizer of someone

@@ -3,7 +3,7 @@
 A leaf module. The scheduler's reconciles and the applier's Events used to be a task each: at a
 burst of 5,000 ScheduledJobs, thousands of tasks waited for a few slots, each with its
 coroutine frames (3.2 KB for a reconcile), born and freed among the model's long-lived objects
-(docs/design-notes.md, item 103). Here items wait in a deque, and at most `size` workers take
+(decision 0014; design note 103). Here items wait in a deque, and at most `size` workers take
 them one at a time, first in, first out.
 """
 

@@ -1,4 +1,4 @@
-"""The one writer (design decision 2): every write the leader makes, for every controller.
+"""The one writer (decision 0003): every write the leader makes, for every controller.
 
 Each verb checks that this replica still leads, retries a refusal of the fencing policy while the
 Lease is still ours (the policy's cache lags a takeover by milliseconds) and steps down when it is

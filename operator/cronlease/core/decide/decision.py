@@ -193,8 +193,8 @@ class Decision:
     # Jobs whose slot-record finalizer can go: their run is recorded in the persisted status.
     releases: list[PlannedRelease] = field(default_factory=list)
     labels: list[PlannedLabel] = field(default_factory=list)
-    # With retries, a run's Jobs stay held until the run ends (_plan_releases says when), so the
-    # shell must not release what it creates or records as soon as the status says so.
+    # With retries, a run's Jobs stay held until the run ends (releases.plan_releases says when),
+    # so the shell must not release what it creates or records as soon as the status says so.
     keep_runs_held: bool = False
     skips: list[SkippedSlots] = field(default_factory=list)
     events: list[EventRecord] = field(default_factory=list)

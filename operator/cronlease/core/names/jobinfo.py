@@ -97,7 +97,7 @@ class JobInfo:
         that differs only in its start. The start is read only once a run has finished (by
         history_time), and finishing changes its state. A Job's start is one of the watch events
         that wake its ScheduledJob, and at a burst that every Job starts, a decision each for
-        nothing (design note 105)."""
+        nothing (decision 0015; design note 105)."""
         if other is None:
             return False
         if self == other:
@@ -111,9 +111,9 @@ class JobInfo:
 
 
 # The model keeps a JobInfo per Job for the Job's life, so what Jobs have in common is kept once
-# (design notes 103 and 105): the few triggers, the run named as its first attempt is, and the
-# namespace and owner's uid interned (sys.intern: one string for all that hold it, freed with
-# the last of them), as the model's keys are.
+# (decisions 0014 and 0015; design notes 103 and 105): the few triggers, the run named as its first
+# attempt is, and the namespace and owner's uid interned (sys.intern: one string for all that hold
+# it, freed with the last of them), as the model's keys are.
 _TRIGGERS = {trigger: trigger for trigger in TRIGGERS}
 
 

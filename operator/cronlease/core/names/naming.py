@@ -30,7 +30,8 @@ ANNOTATION_RESUME = (
 )
 # Set by `kubectl cronlease adopt` on a new ScheduledJob: the slot its predecessor (a CronJob) ran
 # last. A new ScheduledJob's cursor starts there instead of at its creation, so no slot between is
-# lost; read only at the first decision, and never later than the creation (docs item 90).
+# lost; read only at the first decision, and never later than the creation (decision 0005; design
+# note 90).
 ANNOTATION_START_AFTER = f"{GROUP}/start-after"
 ANNOTATION_LEADER = f"{GROUP}/leader"
 ANNOTATION_FENCING_TOKEN = f"{GROUP}/fencing-token"
@@ -46,7 +47,7 @@ LABEL_RETRIED = f"{GROUP}/retried"
 ANNOTATION_MAX_ATTEMPTS = f"{GROUP}/max-attempts"
 # Held on a Job from its creation until its slot is recorded in its ScheduledJob's status, so the
 # Job cannot vanish (TTL, a user, history cleanup) while nothing durable says the slot ran
-# (docs/design-notes.md, item 21).
+# (decision 0009; design note 21).
 FINALIZER_SLOT_RECORD = f"{GROUP}/slot-record"
 # A multi-step Run holds this until it is final and none of its step Jobs lives: deleted while it
 # runs, it stays to cancel (and compensate) its steps, and nothing of it outlives it.
@@ -161,7 +162,7 @@ MAX_TIME_TEXT = 64
 
 # The model keeps several instants per Job, and the Jobs of a burst share their slot and mostly
 # their creation and start seconds: one datetime per distinct text (they are immutable) instead
-# of one per field per Job (design note 103).
+# of one per field per Job (decision 0014; design note 103).
 @functools.lru_cache(maxsize=1024)
 def _parse_time_shared(text: str) -> datetime | None:
     try:

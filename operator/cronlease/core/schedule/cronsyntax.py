@@ -14,11 +14,11 @@ with step 1) is unrestricted: that decides how day-of-month and day-of-week comb
 restricted: either may match; otherwise both must), and croniter decides it the same way from
 the "*" it is given.
 
-What this accepts beyond robfig (design note 68): a seconds field first (6 fields), 7 for
-Sunday as in Vixie cron, and "L" (the last day of the month) as an item of day-of-month, which
-croniter evaluates. What robfig accepts and this does not: the accidents of its tokenizer (an
-empty list item "1,,2", a signed number "+5", a bound after a star "*-5"), and "@every" with a
-duration below one second (`every_seconds`).
+What this accepts beyond robfig (decision 0013; design note 68): a seconds field first (6 fields), 7
+for Sunday as in Vixie cron, and "L" (the last day of the month) as an item of day-of-month, which
+croniter evaluates. What robfig accepts and this does not: the accidents of its tokenizer (an empty
+list item "1,,2", a signed number "+5", a bound after a star "*-5"), and "@every" with a duration
+below one second (`every_seconds`).
 """
 
 from __future__ import annotations
