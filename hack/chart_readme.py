@@ -6,7 +6,7 @@ the one place its default is set; the README's table between its two markers is 
 both, so it cannot drift. The support table says which Kubernetes and Helm the tests run: the
 versions hack/controlplane/go.mod builds (e2e runs on that control plane, unit tests with that
 helm) and the Helm 3 of hack/helm3/go.mod, beside what the chart needs (Chart.yaml's
-kubeVersion). tests/unit/test_chart_readme.py fails when either is stale.
+kubeVersion). tests/unit/deploy/test_chart_readme.py fails when either is stale.
 
     python hack/chart_readme.py   # rewrites manifests/helm/cronlease/README.md in place
 """

@@ -22,7 +22,7 @@ documented copies of the pod template would make the CRD too large to store.
 
     python hack/crdgen.py           # rewrites the regions of crds/*.yaml and the chart's copies
     python hack/crdgen.py --check   # exits 1 if a file is not what it would write
-tests/unit/test_crd.py runs --check's comparison.
+tests/unit/deploy/test_crd.py runs --check's comparison.
 """
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ def generate(text: str, definitions: dict[str, Any]) -> str:
 
 def targets() -> list[Path]:
     """The CRDs with generated regions: crds/ and its copies in the chart (kept identical,
-    tests/unit/test_chart.py)."""
+    tests/unit/deploy/test_chart.py)."""
     return sorted(CRDS.glob("*.yaml"))
 
 

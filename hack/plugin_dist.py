@@ -42,7 +42,8 @@ OUT = REPO / ".cache" / "plugin-dist"
 NAME = "kubectl-cronlease"
 ENTRIES = ("cronlease.kubectl.cli", "cronlease.kubectl.completion", "cronlease.kubectl.__main__")
 # What the plugin's modules may import beyond the standard library (the `plugin` group and the
-# schedule arithmetic), by import name; tests/unit/test_kubectl_dist.py holds the closure to it.
+# schedule arithmetic), by import name; tests/unit/kubectl/test_kubectl_dist.py holds the closure to
+# it.
 THIRD_PARTY = frozenset({"kubernetes", "urllib3", "yaml", "croniter"})
 # The operator's dependencies the plugin also needs: croniter (cronlease.core.schedule.cron) and
 # tzdata (zoneinfo on hosts without a time zone database).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Renders manifests/cronlease.yaml, the plain install for users without Helm, from the chart with
-# its default values in namespace cronlease-system. tests/unit/test_chart.py keeps it in sync.
+# its default values in namespace cronlease-system. tests/unit/deploy/test_chart.py keeps it in sync.
 #   hack/render-manifests.sh [OUT]   # OUT defaults to manifests/cronlease.yaml (the repo's copy)
 set -euo pipefail
 out=${1:+$(realpath -m "$1")}  # relative to the caller's directory, so resolved before the cd

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds promtool, at the Prometheus version pinned in this module, for
-# tests/unit/test_alerts.py (`promtool check rules`, `promtool test rules` on the chart's
+# tests/unit/deploy/test_alerts.py (`promtool check rules`, `promtool test rules` on the chart's
 # PrometheusRule). remove_all_sd leaves out every service discovery but file and http
 # (promtool's rule commands need none), which keeps the build to a fraction.
 set -euo pipefail

@@ -14,7 +14,7 @@ from typing import Any
 
 from cronlease.core.decide.decision import Decision, DeletionReason, RequestTarget, ScheduledJobView
 from cronlease.core.decide.reconcile import decide
-from cronlease.core.decide.supervision import Action, RunView, StepJob
+from cronlease.core.decide.supervision import Action, RunPlan, RunView, StepJob, supervise
 from cronlease.core.names.jobinfo import JobInfo, JobState
 from cronlease.core.names.naming import (
     ANNOTATION_RUN_NOW,
@@ -22,8 +22,9 @@ from cronlease.core.names.naming import (
     format_time,
     scheduled_job_name,
 )
+from cronlease.core.specs.policies import RetryPolicy
 from cronlease.core.specs.spec import parse_spec
-from cronlease.core.specs.steps import OnFailure, Step, Steps, snapshot
+from cronlease.core.specs.steps import Compensation, OnFailure, Step, Steps, snapshot
 
 NAME = "backup"
 NAMESPACE = "team-a"
@@ -329,3 +330,51 @@ def step_job(
         finished_at=fields.pop("finished_at", RUN_START if state is not JobState.ACTIVE else None),
         **fields,
     )
+
+
+# The bank close: three steps, the first undone when a later one fails for good.
+TWICE = RetryPolicy(max_attempts=2, initial_seconds=5, factor=1)
+
+
+def bank_close(
+    on_failure: OnFailure = OnFailure.COMPENSATE,
+    retry: RetryPolicy = TWICE,
+    heartbeat: int | None = None,
+) -> Steps:
+    undo = Compensation(STEP_TEMPLATE, RetryPolicy(max_attempts=1))
+    return Steps(
+        (
+            Step("snapshot", STEP_TEMPLATE, compensate=undo),
+            Step("interest", STEP_TEMPLATE, ("snapshot",), retry, heartbeat_seconds=heartbeat),
+            Step("publish", STEP_TEMPLATE, ("interest",)),
+        ),
+        on_failure,
+    )
+
+
+def phases(plan: RunPlan) -> dict[str, tuple[str, int]]:
+    return {e["name"]: (e["phase"], e["attempt"]) for e in plan.status["steps"]}
+
+
+def run_through(
+    steps: Steps, jobs: list[StepJob], now: datetime, status: dict[str, Any] | None = None
+) -> RunPlan:
+    return supervise(run_view(steps, status), jobs, {}, now)
+
+
+def status_at(steps: Steps, *entries: tuple[str, str, int], **extra: Any) -> dict[str, Any]:
+    by_name = {name: (phase, attempt) for name, phase, attempt in entries}
+    return {
+        "phase": "Running",
+        "steps": [
+            {
+                "name": step.name,
+                "phase": by_name.get(step.name, ("Pending", 0))[0],
+                "attempt": by_name.get(step.name, ("Pending", 0))[1],
+                "startedAt": "2026-12-01T02:00:00Z",
+                **({"order": 1} if by_name.get(step.name, ("",))[0] == "Succeeded" else {}),
+            }
+            for step in steps.steps
+        ],
+        **extra,
+    }

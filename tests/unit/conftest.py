@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from shell import Shell
+from harness import Shell
 
 
 @pytest.fixture(autouse=True)

@@ -3,9 +3,9 @@ on the standbys alike.
 
 A counter's series that appears at its first increment has no earlier sample, so increase() and
 rate() over it see nothing of that increment: the first skip of a reason after a restart or a
-failover, exactly what an alert is for, would go unseen. So each label value the code can emit
-gets its series when the process starts, taken from the enums and constants the call sites take
-them from (tests/unit/test_metric_series.py holds every `.labels(...)` call site against these).
+failover, exactly what an alert is for, would go unseen. So each label value the code can emit gets
+its series when the process starts, taken from the enums and constants the call sites take them from
+(tests/unit/shell/test_metric_series.py holds every `.labels(...)` call site against these).
 """
 
 from __future__ import annotations
