@@ -7,29 +7,11 @@ from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cronlease.core.schedule.cron import MACROS, Schedule, ScheduleError, is_valid_time_zone
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
-ZONES = ["UTC", BERLIN, NEW_YORK, "Australia/Lord_Howe", "Asia/Kolkata"]
-# Real 2025/2026 transitions of the zones above, to aim random instants at DST.
-TRANSITIONS = [
-    datetime(2025, 3, 30, 1, tzinfo=UTC),
-    datetime(2025, 10, 26, 1, tzinfo=UTC),
-    datetime(2026, 3, 29, 1, tzinfo=UTC),
-    datetime(2026, 10, 25, 1, tzinfo=UTC),
-    datetime(2025, 3, 9, 7, tzinfo=UTC),
-    datetime(2025, 11, 2, 6, tzinfo=UTC),
-    datetime(2026, 3, 8, 7, tzinfo=UTC),
-    datetime(2026, 11, 1, 6, tzinfo=UTC),
-    datetime(2025, 4, 5, 15, tzinfo=UTC),
-    datetime(2025, 10, 4, 15, 30, tzinfo=UTC),
-    datetime(2026, 4, 4, 15, tzinfo=UTC),
-    datetime(2026, 10, 3, 15, 30, tzinfo=UTC),
-]
 
 
 def utc(
@@ -484,97 +466,6 @@ def assert_chain(
         current = slot
     beyond = schedule.next_after(current)
     assert beyond is None or beyond > until
-
-
-@st.composite
-def cron_field(draw: st.DrawFn, low: int, high: int) -> tuple[str, frozenset[int]]:
-    """A field text and the values it names (the oracle's view of the field)."""
-    kind = draw(st.sampled_from(["star", "list", "step", "range-step"]))
-    if kind == "star":
-        return "*", frozenset(range(low, high + 1))
-    if kind == "list":
-        values = draw(st.sets(st.integers(low, high), min_size=1, max_size=4))
-        return ",".join(map(str, sorted(values))), frozenset(values)
-    step = draw(st.integers(1, high - low))
-    if kind == "step":
-        return f"*/{step}", frozenset(range(low, high + 1, step))
-    start = draw(st.integers(low, high - 1))
-    end = draw(st.integers(start + 1, high))
-    return f"{start}-{end}/{step}", frozenset(range(start, end + 1, step))
-
-
-WEEKDAYS = st.sampled_from(
-    [("*", frozenset(range(7))), ("1-5", frozenset(range(1, 6))), ("0,6", frozenset({0, 6}))]
-)
-
-
-@st.composite
-def instants(draw: st.DrawFn) -> datetime:
-    """Uniform over 2025-2027, or within a few hours of a real DST transition."""
-    micros = draw(st.sampled_from([0, 0, 1, 500_000, 999_999]))
-    if draw(st.booleans()):
-        seconds = draw(st.integers(0, 3 * 365 * 86_400))
-        base = utc(2025, 1, 1) + timedelta(seconds=seconds)
-    else:
-        seconds = draw(st.integers(-4 * 3600, 3 * 3600))
-        base = draw(st.sampled_from(TRANSITIONS)) + timedelta(seconds=seconds)
-    return base + timedelta(microseconds=micros)
-
-
-def oracle(
-    time_zone: str, hours: frozenset[int], minutes: frozenset[int], days: frozenset[int],
-    after: datetime, until: datetime,
-) -> list[datetime]:  # fmt: skip
-    """The time rule seen from the instant side: walk every UTC minute and ask whether it fires.
-
-    A minute fires if its local wall time matches on its first occurrence, or if it ends
-    a gap in which a skipped (or its own) wall time matches.
-    """
-    zone = ZoneInfo(time_zone)
-
-    def matches(wall: datetime) -> bool:
-        weekday = (wall.weekday() + 1) % 7
-        return wall.minute in minutes and wall.hour in hours and weekday in days
-
-    fired = []
-    moment = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    while moment <= until:
-        local = moment.astimezone(zone)
-        wall = local.replace(tzinfo=None)
-        previous = (moment - timedelta(minutes=1)).astimezone(zone).replace(tzinfo=None)
-        skipped = previous + timedelta(minutes=1)
-        in_gap = False
-        while skipped < wall:
-            in_gap = in_gap or matches(skipped)
-            skipped += timedelta(minutes=1)
-        if in_gap or (matches(wall) and not local.fold):
-            fired.append(moment)
-        moment += timedelta(minutes=1)
-    return fired
-
-
-@settings(max_examples=150, deadline=None, database=None)
-@given(
-    minute=cron_field(0, 59),
-    hour=cron_field(0, 23),
-    weekday=WEEKDAYS,
-    time_zone=st.sampled_from(ZONES),
-    after=instants(),
-)
-def test_property_slots_follow_the_time_rule(
-    minute: tuple[str, frozenset[int]],
-    hour: tuple[str, frozenset[int]],
-    weekday: tuple[str, frozenset[int]],
-    time_zone: str,
-    after: datetime,
-) -> None:
-    schedule = Schedule.parse(f"{minute[0]} {hour[0]} * * {weekday[0]}", time_zone)
-    until = after + timedelta(hours=3)
-    slots = schedule.slots_between(after, until)
-    assert slots == oracle(time_zone, hour[1], minute[1], weekday[1], after, until)
-    assert all(after < slot <= until for slot in slots)
-    assert schedule.count_between(after, until) == len(slots)
-    assert_chain(schedule, after, until, slots)
 
 
 def test_next_after_reuses_its_last_answer_only_for_instants_it_covers() -> None:
