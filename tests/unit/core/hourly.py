@@ -1,6 +1,10 @@
 """The hourly ScheduledJob the decide() tables decide on (tests/unit/core/test_decide_*.py):
 its slots on Monday 2026-01-05, the Jobs and views the tables share, the skip reasons as the
-status writes them, and the Job name of a slot computed independently of the operator's naming."""
+status writes them, and the Job name of a slot computed independently of the operator's naming.
+
+Each table builds a ScheduledJobView, the Jobs the live model says it owns, and a fixed `now`, then
+checks the Decision: planned runs and deletions, skipped slots, events, the status to write and
+when to wake up. No clock, no cluster."""
 
 from __future__ import annotations
 

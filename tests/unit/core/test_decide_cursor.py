@@ -1,9 +1,5 @@
 """decide(), table by table (cronlease.core.decide): the cursor (a fresh object's first slot,
 schedule edits) and deciding twice.
-
-Each test builds a ScheduledJobView, the Jobs the live model says it owns, and a fixed `now`, then
-checks the Decision: planned runs and deletions, skipped slots, events, the status to write and
-when to wake up. No clock, no cluster.
 """
 
 from __future__ import annotations

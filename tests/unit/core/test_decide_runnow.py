@@ -1,9 +1,4 @@
-"""decide(), table by table (cronlease.core.decide): run-now and runAt (one-off).
-
-Each test builds a ScheduledJobView, the Jobs the live model says it owns, and a fixed `now`, then
-checks the Decision: planned runs and deletions, skipped slots, events, the status to write and
-when to wake up. No clock, no cluster.
-"""
+"""decide(), table by table (cronlease.core.decide): run-now and runAt (one-off)."""
 
 from __future__ import annotations
 
