@@ -1007,7 +1007,7 @@ async def measure(
     """`controller_manager` names kube-controller-manager's client rate in the report, and
     `machine` the cores and how they were shared."""
     deadline = time.monotonic() + 60
-    while "model seeded" not in operator.log():  # leading, with its model filled: ready to act
+    while "scheduler: leading;" not in operator.log():  # leading, every collection listed
         if time.monotonic() > deadline:
             raise RuntimeError(f"the operator never became ready; see {operator.log_path}")
         await asyncio.sleep(0.2)

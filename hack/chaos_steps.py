@@ -8,8 +8,8 @@ made once (one Job uid per attempt: an attempt never runs twice), no more than t
 maxAttempts; a step that succeeded is never started again (no Job of a later attempt than the
 one its Run recorded as succeeded); only a succeeded step is compensated. Runs end in a final
 phase unless the Job controller was still finishing their steps when the audit looked; a run
-whose step Jobs have all ended is final, or escalated, within STUCK_BOUND of its slot (issue
-33: never stuck without a bound). A heartbeat lost is noticed within HEARTBEAT_SLACK of its
+whose step Jobs have all ended is final, or escalated, within STUCK_BOUND of its last progress
+(issue 33: never stuck without a bound). A heartbeat lost is noticed within HEARTBEAT_SLACK of its
 deadline (or of the takeover that ended a leaderless spell after it; a control plane restart
 does not count), however often the operator restarted meanwhile (issue 33: restarts never
 extend a heartbeat deadline); nobody renews the chaos runs' heartbeats, so the deadline is the
@@ -164,8 +164,11 @@ def heartbeat_lateness(
 
 
 def stuck(runs: Iterable[RunSeen], jobs: Iterable[StepSeen], now: float) -> list[str]:
-    """Runs neither final nor escalated, STUCK_BOUND after their slot, whose step Jobs have all
-    ended: nothing outside the operator keeps them going."""
+    """Runs neither final nor escalated, STUCK_BOUND after their last progress, whose step Jobs
+    have all ended: nothing outside the operator keeps them going. Progress is the slot, or the
+    latest a step started, finished or was logged in the recovery log: on a loaded control plane
+    a run's first step alone can take most of the bound, and a restart claimed a second before
+    the audit is progress, not a stall (its Job may not be in the audit's view yet)."""
     live = {job.run for job in jobs if not job.ended}
     found = []
     for run in runs:
@@ -176,9 +179,18 @@ def stuck(runs: Iterable[RunSeen], jobs: Iterable[StepSeen], now: float) -> list
         )
         if run.deleted or run.phase in FINAL or escalated or run.name in live or slot is None:
             continue
-        if now - slot > STUCK_BOUND:
+        if now - max([slot, *_progress(run.status)]) > STUCK_BOUND:
             found.append(run.name)
     return found
+
+
+def _progress(status: dict[str, Any]) -> list[float]:
+    """When the operator last moved the run on, as its status says."""
+    steps = [s for s in status.get("steps") or [] if isinstance(s, dict)]
+    log = [e for e in status.get("recoveryLog") or [] if isinstance(e, dict)]
+    times = [s.get(key) for s in steps for key in ("startedAt", "finishedAt")]
+    times += [e.get("time") for e in log]
+    return [t for t in map(_instant, times) if t is not None]
 
 
 def audit_steps(

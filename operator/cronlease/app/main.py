@@ -66,8 +66,8 @@ async def run(args: argparse.Namespace) -> None:
         """kopf runs this first when SIGTERM or SIGINT arrives."""
         await operator.stop()
 
-    await operator.start()
     try:
+        await operator.start()
         await kopf.operator(
             registry=registry,
             standalone=True,  # kopf's peering is no leader election, and has no fence

@@ -79,7 +79,8 @@ class Operator:
         self.model_watches: tuple[ModelWatch[Model], ...] = (
             ScheduledJobWatch(self.api, self.model, self.namespaces, sj_listed),
             JobWatch(self.api, self.model, self.namespaces, jobs_listed),
-            RunRequestWatch(self.api, self.model, self.namespaces, requests_listed),
+            # Its resource counts as absent only once the ScheduledJobs (same group) are served.
+            RunRequestWatch(self.api, self.model, self.namespaces, requests_listed, sj_listed),
         )
         # Readiness and liveness cover every watch.
         self.watches: tuple[ModelWatch[Any], ...] = (*self.model_watches, *self.run_watch.watches)
@@ -90,7 +91,6 @@ class Operator:
             self.model,
             wakeups,
             self.listed,
-            self.namespaces,
             args.max_concurrency,
             applier=applier,
             clock=clock.now,  # "now" never runs ahead of the API server's clock
@@ -150,15 +150,19 @@ class Operator:
         self._stopped = True
         for task in self._controllers:
             task.cancel()
-        await self.scheduler.finish(SHUTDOWN_GRACE)
-        await self.supervisor.finish(SHUTDOWN_GRACE)
-        await self.leadership.release()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._health_server is not None:
-            await self._health_server.cleanup()
-        await self.api.close()
+        try:
+            await self.scheduler.finish(SHUTDOWN_GRACE)
+            await self.supervisor.finish(SHUTDOWN_GRACE)
+        finally:
+            try:
+                await self.leadership.release()
+            finally:
+                for task in self._tasks:
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+                if self._health_server is not None:
+                    await self._health_server.cleanup()
+                await self.api.close()
 
     async def _all_listed(self) -> None:
         """A new leader decides once ScheduledJobs, Jobs, RunRequests and Runs are listed

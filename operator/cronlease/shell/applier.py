@@ -3,8 +3,9 @@
 Then it releases the slot-record finalizer of every Job whose run the status now records: from
 its creation until then, nothing can delete a Job whose slot could otherwise run again.
 
-`Applier.apply` is the entry point, in two halves the scheduler runs apart at a burst: `act`
-(decide, delete, create) and `follow_up` (status, releases, labels). It returns an `Applied`:
+The scheduler decides; the applier acts on the decision it is given, in two halves the scheduler
+runs apart at a burst: `act` (delete, create) and `follow_up` (status, releases, labels), after
+`check` (the template, once per generation). Each returns an `Applied`:
 done (and when to wake next), stale (decide again at once), not leading, or retry later.
 Everything a write can meet is handled here: the fencing policy's refusals (retried while the
 Lease is still ours, else step down), a 409 on create (an earlier attempt's Job: adopted if
@@ -232,6 +233,20 @@ class Applier:
     def leadership(self, leadership: Leadership) -> None:
         self.writer.leadership = leadership
 
+    async def check(self, sj: ScheduledJobView, obj: dict[str, Any]) -> Applied | None:
+        """Before deciding: the template, dry-run created once per generation. None when the
+        decision may go on; else how it ended (a refusal is recorded here: its status write
+        wakes the decision that reports InvalidSpec)."""
+        with self.creations.creating():
+            try:
+                await self._check_template(sj)
+            except TemplateRefused as error:
+                await self._record_refused_template(sj, obj, str(error))
+                return Applied(Outcome.DONE)
+            except ENDINGS as error:
+                return ended(error, progress=False)
+        return None
+
     async def act(
         self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision
     ) -> Applied | FollowUp:
@@ -246,8 +261,6 @@ class Applier:
             # Jobs created before the failure: the next decision records them. Progress, not a
             # failing object.
             return ended(error, progress=bool(created))
-        if after is None:
-            return Applied(Outcome.DONE)
         return after if after.writes else Applied(Outcome.DONE, after.wake_at)
 
     async def follow_up(self, after: FollowUp) -> Applied:
@@ -276,16 +289,12 @@ class Applier:
         obj: dict[str, Any],
         decision: Decision,
         created: list[PlannedRelease],
-    ) -> FollowUp | None:
-        """Check the template, delete and create; what is left to write after the creations, or
-        None if the template was refused (recorded here: its status write wakes the decision
-        that reports InvalidSpec)."""
+    ) -> FollowUp:
+        """Delete and create; what is left to write after the creations."""
         runs: list[tuple[PlannedRun, PlannedRelease]] = []
         cleanups: list[PlannedDeletion] = []  # the follow-up's, behind the creations
-        refused: str | None = None
         with self.creations.creating():
             try:
-                await self._check_template(sj)
                 for deletion in decision.deletions:
                     if deletion.reason in CLEARING:
                         await self._delete(sj.ref, deletion)
@@ -296,14 +305,9 @@ class Applier:
                         release = await self._create(sj, run)
                     created.append(release)
                     runs.append((run, release))
-            except TemplateRefused as error:
-                refused = str(error)
             except NamespaceTerminating:
                 log.info("%s/%s: its namespace is being deleted; not acting", sj.namespace, sj.name)
                 raise
-        if refused is not None:
-            await self._record_refused_template(sj, obj, refused)
-            return None
         # Recorded by this decision's status write: the runs it created and the existing Jobs it
         # records (unless their runs may still need them: a later decision releases those). A
         # request's run stays held until its request has recorded its result, which a later

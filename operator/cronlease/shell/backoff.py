@@ -1,6 +1,6 @@
 """The one backoff policy: exponential from `first`, doubling, capped at `cap`.
 
-Everything that retries (a failed reconcile, a broken watch, seeding the model, a write the
+Everything that retries (a failed reconcile, a broken watch, a write the
 fencing policy refused while its cache lags) waits this way, each with its own first step and cap.
 """
 

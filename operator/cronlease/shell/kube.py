@@ -413,11 +413,6 @@ class KubeApi:
 
     # RunRequests
 
-    def list_runrequests(
-        self, namespace: str = ""
-    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
-        return self.list_pages(resource_path(RUNREQUESTS, namespace))
-
     async def get_runrequest(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.transport.request("GET", resource_path(RUNREQUESTS, namespace, name))
 

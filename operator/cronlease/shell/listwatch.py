@@ -93,6 +93,8 @@ class ListWatch:
                 if self._failing_since is None:
                     self._failing_since = self._clock()
                 delay = backoff.WATCH.delay(failures)
+                if isinstance(error, ApiError) and error.status == 404:
+                    version = None  # the collection is not served (any more): list it again
                 self.observer.failed(error)
                 log.warning("watch of %s: %s; again in %.1f s", self.path, error, delay)
                 await asyncio.sleep(delay)

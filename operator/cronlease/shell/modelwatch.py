@@ -52,9 +52,6 @@ class ModelWatch(Generic[S]):
     noun: ClassVar[str]  # for readiness: "the Job watch of ..."
     resource: ClassVar[tuple[str, str]]
     selector: ClassVar[str | None] = None
-    # A collection whose resource may not be served (its CRD not installed yet): a 404 lists
-    # it as empty, for the leader and for readiness, and the watch keeps trying until it is.
-    optional: ClassVar[bool] = False
 
     @staticmethod
     def feed_of(target: S) -> Feed:
@@ -114,10 +111,17 @@ class ModelWatch(Generic[S]):
         if not self._unlisted:
             self.listed.set()
 
+    def absent(self, error: Exception) -> bool:
+        """Whether `error` says the resource is not served at all (then it has no objects)."""
+        return False
+
     def scope_absent(self, namespace: str) -> None:
-        """The server does not serve the optional resource: it has none of its objects."""
         self.scope_listed(namespace)
         self._absent.add(namespace)
+
+    def scope_failed(self, namespace: str) -> None:
+        """A failure that is not absence: readiness and liveness count it again."""
+        self._absent.discard(namespace)
 
 
 class JobWatch(ModelWatch[Model]):
@@ -143,10 +147,28 @@ class ScheduledJobWatch(ModelWatch[Model]):
 
 
 class RunRequestWatch(ModelWatch[Model]):
-    """Every RunRequest in the watched namespaces. Optional: with the CRDs managed outside the
-    chart and not upgraded yet, there are none, and scheduling must not wait for them."""
+    """Every RunRequest in the watched namespaces. Their resource may not be served (CRDs
+    managed outside the chart, not upgraded yet): then there are none, and scheduling must not
+    wait for them. A 404 says so only once `served` is set (the ScheduledJobs, of the same group
+    and version, have been listed): before, it may be an API server still registering its
+    custom resources, and it is an ordinary failure. The watch keeps trying either way."""
 
-    noun, resource, optional = "RunRequest", RUNREQUESTS, True
+    noun, resource = "RunRequest", RUNREQUESTS
+
+    def __init__(
+        self,
+        api: KubeApi,
+        target: Model,
+        namespaces: tuple[str, ...],
+        listed: asyncio.Event,
+        served: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(api, target, namespaces, listed, clock)
+        self.served = served
+
+    def absent(self, error: Exception) -> bool:
+        return isinstance(error, ApiError) and error.status == 404 and self.served.is_set()
 
     @staticmethod
     def feed_of(target: Model) -> Feed:
@@ -179,7 +201,8 @@ class _ScopeObserver:
 
     def failed(self, error: Exception) -> None:
         self._listing = set()  # a listing that broke off settles nothing; the next one starts anew
-        if self.watch.optional and isinstance(error, ApiError) and error.status == 404:
+        if self.watch.absent(error):
             self.watch.scope_absent(self.namespace)  # not an error: the resource is not served
             return
+        self.watch.scope_failed(self.namespace)
         metrics.reconcile_errors.labels(WATCH_OPERATION).inc()

@@ -58,7 +58,6 @@ class Scheduler:
         model: Model,
         wakeups: WakeupQueue[Key],
         listed: asyncio.Event,
-        namespaces: tuple[str, ...] = (),
         max_concurrency: int = 64,
         applier: Applier | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -70,7 +69,6 @@ class Scheduler:
         self.model = model
         # Set once the watches' first listings are in the model (cronlease.shell.modelwatch).
         self._listed = listed
-        self.namespaces = namespaces
         self.applier = applier or Applier(api, leadership, model, max_concurrency)
         self._clock = clock  # "now" for decisions (tests pass their own)
         # Pending creations hold status writes back (cronlease.shell.applier.CreationsFirst): a
@@ -148,6 +146,9 @@ class Scheduler:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return Applied(Outcome.STALE)  # gone while it waited: decided again, as gone
         sj = ScheduledJobView.from_object(obj)
+        checked = await self.applier.check(sj, obj)
+        if checked is not None:
+            return checked
         return await self.applier.act(sj, obj, await self.decide(sj))
 
     def _requests(self, namespace: str, name: str) -> list[RunRequestView]:

@@ -232,8 +232,8 @@ async def test_a_listing_page_read_before_a_deletion_does_not_keep_the_runreques
     )
     page = asyncio.Event()
     shell.server.hold("GET", r"/runrequests$", page, late=True)
-    listed = asyncio.Event()
-    watch = RunRequestWatch(shell.api, shell.model, (), listed)
+    listed, served = asyncio.Event(), asyncio.Event()
+    watch = RunRequestWatch(shell.api, shell.model, (), listed, served)
     task = asyncio.create_task(watch.run())
     try:
         await eventually(lambda: shell.server.held == 1)  # the page holds "now"

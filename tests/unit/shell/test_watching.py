@@ -200,8 +200,9 @@ async def test_the_runrequest_watch_follows_and_after_410_settles_a_deletion_it_
     (its ScheduledJob woken, so that the request's Jobs are released)."""
     shell = Shell()
     shell.server.put(runrequest("listed"))
-    listed = asyncio.Event()
-    watch = RunRequestWatch(shell.api, shell.model, (), listed)
+    listed, served = asyncio.Event(), asyncio.Event()
+    served.set()
+    watch = RunRequestWatch(shell.api, shell.model, (), listed, served)
     assert watch.unsynced(after=5) == "the RunRequest watch has not listed all namespaces yet"
     task = asyncio.create_task(watch.run())
     try:
@@ -223,14 +224,16 @@ async def test_the_runrequest_watch_follows_and_after_410_settles_a_deletion_it_
 
 
 async def test_without_the_runrequest_crd_there_are_none_until_it_is_served() -> None:
-    """CRDs managed outside the chart may lag an upgrade: a 404 for RunRequests lists none, so a
-    new leader does not wait and readiness and liveness hold; the watch keeps trying, and once
-    the resource is served its objects come in."""
+    """CRDs managed outside the chart may lag an upgrade: once the ScheduledJobs (same group)
+    are served, a 404 for RunRequests lists none, so a new leader does not wait and readiness
+    and liveness hold; the watch keeps trying, and once the resource is served its objects come
+    in."""
     shell = Shell()
     shell.server.put(runrequest("early"))
     clock = [1000.0]
-    listed = asyncio.Event()
-    watch = RunRequestWatch(shell.api, shell.model, (), listed, clock=lambda: clock[0])
+    listed, served = asyncio.Event(), asyncio.Event()
+    served.set()
+    watch = RunRequestWatch(shell.api, shell.model, (), listed, served, clock=lambda: clock[0])
     shell.server.fail(
         "GET", r"/runrequests$", 404, "the server could not find the resource", 0, 1000
     )
@@ -243,6 +246,32 @@ async def test_without_the_runrequest_crd_there_are_none_until_it_is_served() ->
         assert watch.stuck(after=60) is None
         shell.server.faults.clear()
         await eventually(lambda: requested(shell) == {"early"})
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_runrequest_404_is_absence_only_once_the_group_is_served() -> None:
+    """An API server still registering its custom resources answers 404 for all of them: before
+    the ScheduledJobs are listed, a RunRequest 404 is an ordinary failure (nothing listed, and
+    the probes count it). After absence, any other failure counts again."""
+    shell = Shell()
+    clock = [1000.0]
+    listed, served = asyncio.Event(), asyncio.Event()
+    watch = RunRequestWatch(shell.api, shell.model, (), listed, served, clock=lambda: clock[0])
+    shell.server.fail("GET", r"/runrequests$", 404, "not found", 0, 1000)
+    task = asyncio.create_task(watch.run())
+    try:
+        await eventually(lambda: len(shell.server.calls) >= 2)
+        assert not listed.is_set()
+        clock[0] += 61
+        assert (watch.stuck(after=60) or "").startswith("the RunRequest watch of all namespaces")
+        served.set()  # the ScheduledJobs are listed: the group is served, RunRequests are not
+        await eventually(listed.is_set)
+        assert watch.stuck(after=60) is None
+        shell.server.faults.clear()
+        shell.server.fail("GET", r"/runrequests$", 403, "forbidden", 0, 1000)
+        await eventually(lambda: watch.stuck(after=60) is not None)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

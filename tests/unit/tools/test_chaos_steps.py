@@ -143,6 +143,18 @@ def test_a_run_stuck_with_every_step_job_ended_is_found() -> None:
     assert audit_steps([seen], [ended], slot + 600)["step_runs_stuck"] == 0  # escalated
 
 
+def test_a_run_that_moved_on_lately_is_not_stuck_however_old_its_slot() -> None:
+    """A loaded control plane took most of the bound for the first step; the operator restarted
+    the next one a second before the audit, whose view has no Job of it yet: progress."""
+    seen = run("Running", a=("Running", 2))
+    seen.spec["scheduledAt"] = "2026-12-01T02:00:00Z"
+    slot = 1_796_090_400.0  # 2026-12-01T02:00:00Z
+    ended = step_seen(step_job("a", 1))
+    seen.status["steps"][0]["startedAt"] = "2026-12-01T02:09:58Z"
+    assert audit_steps([seen], [ended], slot + 600)["step_runs_stuck"] == 0
+    assert audit_steps([seen], [ended], slot + 598 + 301)["step_runs_stuck"] == 1
+
+
 def test_an_attempt_the_api_server_refused_is_no_gap() -> None:
     """A quota refused attempt 1's Job: attempt 2's is the step's first, recorded so."""
     seen = run("Succeeded", b=("Succeeded", 2))
