@@ -1156,8 +1156,8 @@ LABELS = {
     "heartbeats_noticed_late": "heartbeats lost noticed more than 12 s after their deadline, or "
     "after a takeover past it, API server and etcd restarts not counted (a restart extended it)",
     "heartbeat_noticed_latest_s": "... the latest, s after the deadline or that takeover",
-    "step_runs_stuck": "multi-step Runs neither final nor escalated 5 minutes after their slot, "
-    "their step Jobs all ended",
+    "step_runs_stuck": "multi-step Runs neither final nor escalated 5 minutes after their last "
+    "progress, their step Jobs all ended",
     "step_pods": "step Jobs' pods seen",
     "step_pods_of_two_attempts_at_once": "pods of two attempts of one step alive at once",
     "compensation_beside_a_step_pod": "compensation pods alive beside a pod of a step",
