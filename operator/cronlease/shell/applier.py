@@ -237,15 +237,18 @@ class Applier:
         """Before deciding: the template, dry-run created once per generation. None when the
         decision may go on; else how it ended (a refusal is recorded here: its status write
         wakes the decision that reports InvalidSpec)."""
-        with self.creations.creating():
-            try:
-                await self._check_template(sj)
-            except TemplateRefused as error:
-                await self._record_refused_template(sj, obj, str(error))
-                return Applied(Outcome.DONE)
-            except ENDINGS as error:
-                return ended(error, progress=False)
-        return None
+        refused: str | None = None
+        try:
+            with self.creations.creating():
+                try:
+                    await self._check_template(sj)
+                except TemplateRefused as error:
+                    refused = str(error)
+            if refused is not None:
+                await self._record_refused_template(sj, obj, refused)
+        except ENDINGS as error:
+            return ended(error, progress=False)
+        return None if refused is None else Applied(Outcome.DONE)
 
     async def act(
         self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision

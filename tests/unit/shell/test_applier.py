@@ -103,6 +103,19 @@ async def test_a_template_the_api_server_refuses_is_recorded_once_per_generation
     ]  # one dry run, no retry loop
 
 
+async def test_a_refused_template_whose_record_fails_is_retried_not_raised() -> None:
+    """The refusal's status write meets a 503: the reconcile ends as a retry (the loop backs off
+    and checks again), as any write that fails, not with an exception out of the applier."""
+    shell = Shell()
+    shell.create("report")
+    shell.server.fail("POST", JOB_PATH, 422, "spec.template.spec.containers[0].image: Required")
+    shell.server.fail("PATCH", STATUS_PATH, 503, "unavailable")
+    applied = await shell.apply("report")
+    assert applied.outcome is Outcome.RETRY
+    assert "templateError" not in shell.status("report")
+    assert shell.jobs() == []
+
+
 async def elected(shell: Shell, identity: str = "leader-a") -> LeaseElector:
     """A LeaseElector that has acquired the fencing Lease on the shell's server."""
     elector = LeaseElector(shell.api, identity, ElectionConfig("cronlease-system"), lambda: 0.0)
