@@ -128,6 +128,20 @@ def _unlisted(
     ]
 
 
+def _missed_deletions(
+    stored: Mapping[Key, StoredObject], namespace: str, listed: set[Key], version: str
+) -> list[dict[str, Any]]:
+    """The objects a full listing at `version` lacked, each as its DELETED event would carry it:
+    gone at the listing's version, so that a read in flight that returns a copy no newer (our
+    own write's response) cannot bring it back."""
+    gone = []
+    for key in _unlisted(stored, namespace, listed, version):
+        obj = stored[key].unpack()
+        obj["metadata"]["resourceVersion"] = version
+        gone.append(obj)
+    return gone
+
+
 @dataclass(frozen=True, slots=True)
 class StoredJob:
     """All the model keeps of a Job: what decisions read, and what orders copies of it."""
@@ -262,11 +276,7 @@ class Model:
         """As forget_unlisted_jobs: a ScheduledJob a full listing lacked, and no newer in the
         model than the listing, was deleted while no watch was open; it goes as a DELETED event
         at the listing's version would take it (its held Jobs released, its requests told)."""
-        for key in _unlisted(self._scheduledjobs, namespace, listed, version):
-            # Gone at the listing's version: a read in flight that returns a copy no newer (our
-            # status write's response) must not bring it back.
-            obj = self._scheduledjobs[key].unpack()
-            obj["metadata"]["resourceVersion"] = version
+        for obj in _missed_deletions(self._scheduledjobs, namespace, listed, version):
             self.delete_scheduledjob(obj)
 
     # RunRequests: few, and each read only by its ScheduledJob's decisions
@@ -292,9 +302,7 @@ class Model:
     def forget_unlisted_runrequests(self, namespace: str, listed: set[Key], version: str) -> None:
         """As forget_unlisted_jobs: a RunRequest deleted while no watch was open goes as its
         DELETED event would take it (its ScheduledJob releases the request's Jobs)."""
-        for key in _unlisted(self._requests, namespace, listed, version):
-            obj = self._requests[key].unpack()
-            obj["metadata"]["resourceVersion"] = version
+        for obj in _missed_deletions(self._requests, namespace, listed, version):
             self.delete_runrequest(obj)
 
     def runrequests_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
