@@ -78,6 +78,11 @@ SETTLE = 30.0
 # next is 29 February 2028 at midnight). See arm().
 DORMANT = "0 0 29 2 *"
 ARM_LEAD = 10.0  # seconds from the objects settling to the first measured slot, at least
+# The rewrite of every schedule (arm) may take longer than the creation took to be acknowledged:
+# at N=5000 on 2026-12-07, 202 s against 74. An arm that settles too late has already let the
+# settled objects fire its first slot, and that unmeasured burst ran into the measured ones
+# (4,610 Jobs; bursts of 24 and 51 s against 12): so the first arm aims this many setups out.
+ARM_SETUPS = 3.0
 ARM_ATTEMPTS = 3
 MAX_SLOTS = 15  # see firing_only_at
 # At N <= SMALL_N a burst and a raw create each take a few tenths of a second, and consecutive
@@ -566,8 +571,9 @@ async def arm(
     returns those. Had they fired every minute from their creation, the slots before the measured
     ones would still be at work in them at N=5000 (how many slots the setup spans varied from
     run to run, and the readings with it: design note 106). The first slot is far enough out
-    for the rewrite to settle as long as the creation did; if it was not, a later one."""
-    margin = setup_s + ARM_LEAD
+    for the rewrite to settle in ARM_SETUPS times as long as the creation did; if it was not,
+    a later one."""
+    margin = ARM_SETUPS * setup_s + ARM_LEAD
     for _ in range(ARM_ATTEMPTS):
         started = time.time()
         first = next_minute(started + margin)
