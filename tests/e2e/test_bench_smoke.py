@@ -19,7 +19,8 @@ def test_bench_runs_end_to_end_and_reports(
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'hack'}:{REPO / 'operator'}"}
     result = subprocess.run(
         [
-            sys.executable, str(REPO / "bench" / "bench.py"), "--n", "5", "--slots", "1",
+            sys.executable, str(REPO / "bench" / "bench.py"),
+            "--n", "5", "--slots", "1", "--small-slots", "1",
             "--out", str(tmp_path), "--kubeconfig", str(k8s_cluster.kubeconfig),
         ],
         env=env, capture_output=True, text=True, timeout=400,
