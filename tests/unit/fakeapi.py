@@ -177,6 +177,7 @@ class FakeApiServer:
         self.compacted = 0  # watches from a version below this get 410
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, str]] = []  # (method or WATCH, path)
+        self.dry_runs: list[str] = []  # the path of each dry-run create that passed the fence
         self.call_times: list[float] = []  # monotonic, one per entry of `calls`
         self.watched_from: list[str] = []  # the resourceVersion of each WATCH request
         self.held = 0  # requests waiting at a `hold` gate
@@ -387,6 +388,7 @@ class FakeApiServer:
         if method == "POST":
             self._check_fence(resource, body, creating=True)
             if dry_run:
+                self.dry_runs.append(path)
                 return body  # type: ignore[no-any-return]
             return self._create(resource, namespace, body)
         if key not in self.objects:
