@@ -238,7 +238,8 @@ class Applier:
         self.events = EventRecorder(api, lambda: self.leadership.identity)  # one Event per reason
         # One Event write per worker, a few workers: Events are informational.
         self._event_writers = WorkPool(EVENT_WRITERS, self._post_event)
-        # ScheduledJob -> (uid, generation) of its template's last dry run; forget() drops it.
+        # ScheduledJob -> its template's last dry run that passed: the uid, the generation and a
+        # digest of the Jobs it made (CheckedTemplate); forget() drops it.
         self._checked: dict[Key, CheckedTemplate] = {}
         # Job bodies the scheduler built before their slot, for the runs it expects then.
         self.prepared = PreparedJobs()
