@@ -153,8 +153,11 @@ class CheckedTemplate:
     generation: int
     digest: bytes
 
-    def of(self, sj: ScheduledJobView) -> bool:
-        return self.uid == sj.uid and self.generation == sj.generation
+    def of(self, sj: ScheduledJobView, digest: bytes | None = None) -> bool:
+        """Whether it holds for `sj`: its generation, or (given) Jobs with this digest."""
+        if self.uid != sj.uid:
+            return False
+        return self.generation == sj.generation if digest is None else self.digest == digest
 
 
 def _digest(jobs: list[dict[str, Any]]) -> bytes:
@@ -366,8 +369,7 @@ class Applier:
         schedule) is not sent again: at 5,000 ScheduledJobs one such edit each was 5,000 dry
         runs, ahead of everything else the leader had to write (design note 123)."""
         refused = sj.status.get("templateError") or {}
-        key = (sj.namespace, sj.name)
-        checked = self._checked.get(key)
+        checked = self._checked.get((sj.namespace, sj.name))
         if (checked is not None and checked.of(sj)) or refused.get("generation") == sj.generation:
             return
         # At the ScheduledJob's creation, not now: the same template then makes the same bytes.
@@ -376,8 +378,9 @@ class Applier:
         digest = _digest(self._template_jobs(sj, run, "", 0))
         # Interned, as the model's and the Events' copies are: one string each, not three.
         key = (sys.intern(sj.namespace), sys.intern(sj.name))
-        if checked is not None and checked.uid == sj.uid and checked.digest == digest:
-            self._checked[key] = CheckedTemplate(checked.uid, sj.generation, digest)
+        passed = CheckedTemplate(sys.intern(sj.uid), sj.generation, digest)
+        if checked is not None and checked.of(sj, digest):
+            self._checked[key] = passed
             return
         try:
             for job in self._template_jobs(
@@ -388,7 +391,7 @@ class Applier:
             if error.status in (400, 422):
                 raise TemplateRefused(error.message) from error
             return  # no verdict (429, 5xx, the fence's cache): checked again next time
-        self._checked[key] = CheckedTemplate(sys.intern(sj.uid), sj.generation, digest)
+        self._checked[key] = passed
 
     def forget(self, key: Key) -> None:
         """The ScheduledJob is gone: a churn of short-lived ones must not pile up here."""
