@@ -260,18 +260,14 @@ class Applier:
         """Before deciding: the template, dry-run created once per body it makes. None when the
         decision may go on; else how it ended (a refusal is recorded here: its status write
         wakes the decision that reports InvalidSpec)."""
-        refused: str | None = None
         try:
             with self.creations.creating():
-                try:
-                    await self._check_template(sj)
-                except TemplateRefused as error:
-                    refused = str(error)
-            if refused is not None:
-                await self._record_refused_template(sj, obj, refused)
+                await self._check_template(sj)
+        except TemplateRefused as error:
+            return await self._refusal_recorded(sj, obj, str(error), progress=False)
         except ENDINGS as error:
             return ended(error, progress=False)
-        return None if refused is None else Applied(Outcome.DONE)
+        return None
 
     async def act(
         self, sj: ScheduledJobView, obj: dict[str, Any], decision: Decision
@@ -283,6 +279,12 @@ class Applier:
         created: list[PlannedRelease] = []
         try:
             after = await self._act(sj, obj, decision, created)
+        except TemplateRefused as error:
+            # The dry run passed and the create did not (an admission policy that lets dry runs
+            # by, a webhook changed since): the same verdict, recorded the same way. A run this
+            # decision created before it (same template: rare) stays held, as under any invalid
+            # spec, until a fixed spec's next slot records it or the ScheduledJob goes.
+            return await self._refusal_recorded(sj, obj, str(error), progress=bool(created))
         except ENDINGS as error:
             # Jobs created before the failure: the next decision records them. Progress, not a
             # failing object.
@@ -419,6 +421,17 @@ class Applier:
             for step in steps.steps
             for action in (Action.RUN, *((Action.COMPENSATE,) if step.compensate else ()))
         ]
+
+    async def _refusal_recorded(
+        self, sj: ScheduledJobView, obj: dict[str, Any], message: str, progress: bool
+    ) -> Applied:
+        """A template the API server refused, recorded: its status write wakes the decision that
+        reports InvalidSpec. `progress`: Jobs were created before the refusal."""
+        try:
+            await self._record_refused_template(sj, obj, message)
+        except ENDINGS as error:
+            return ended(error, progress)
+        return Applied(Outcome.DONE)
 
     async def _record_refused_template(
         self, sj: ScheduledJobView, obj: dict[str, Any], message: str

@@ -104,6 +104,52 @@ async def test_a_template_the_api_server_refuses_is_recorded_once_per_generation
     ]  # one dry run, no retry loop
 
 
+async def test_a_create_refused_as_invalid_after_its_dry_run_passed_is_recorded_not_raised() -> (
+    None
+):
+    """The dry run passed but the slot's own create is refused as invalid (an admission policy
+    that lets dry runs through, a webhook changed since): retrying cannot help, so it is recorded
+    for this generation as a refused template, as the dry run's refusal is, and reported as
+    InvalidSpec; not an exception for the keyed loop to log and retry with backoff."""
+    shell = Shell()
+    shell.create("report")
+    message = "spec.template.spec.containers[0].image: Required"
+    shell.server.fail("POST", JOB_PATH, 422, message, skip=1)  # the first POST is the dry run
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    assert shell.status("report")["templateError"] == {"generation": 1, "message": message}
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    conditions = {c["type"]: c["status"] for c in shell.status("report")["conditions"]}
+    assert conditions["InvalidSpec"] == "True"
+    assert shell.jobs() == []
+    creates = [call for call in shell.server.calls if call[0] == "POST" and "/jobs" in call[1]]
+    assert len(creates) == 2  # the dry run and the one create: no retry loop
+
+
+async def test_a_run_created_before_its_sibling_was_refused_is_released_after_a_fix() -> None:
+    """A catch-up of two slots: the first Job is created, the second refused as invalid. The
+    first stays held while the spec is invalid (no slot is recorded then) and is released by
+    the first slot of the fixed spec: nothing keeps it for ever."""
+    shell = Shell(now=SLOT + timedelta(minutes=1, seconds=0.25))
+    shell.create("report", startingDeadlineSeconds=300)  # both missed slots run
+    shell.server.fail("POST", JOB_PATH, 422, "refused by a policy", skip=2)
+    assert (await shell.apply("report")).outcome is Outcome.DONE
+    [held] = shell.jobs()
+    shell.model.upsert_job(held)
+    assert (await shell.apply("report")).outcome is Outcome.DONE  # reports InvalidSpec
+    assert held["metadata"]["finalizers"] == shell.jobs()[0]["metadata"]["finalizers"] != []
+    template = copy.deepcopy(shell.current("report")["spec"]["jobTemplate"])
+    template["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:1.37"
+    user_edit(shell, "report", jobTemplate=template)
+    for minutes in (3, 4):
+        shell.now = SLOT + timedelta(minutes=minutes, seconds=0.25)
+        assert (await shell.apply("report")).outcome is Outcome.DONE
+        for job in shell.jobs():
+            shell.model.upsert_job(job)
+    first = shell.server.get(*JOBS, NAMESPACE, held["metadata"]["name"])
+    assert first is not None
+    assert not first["metadata"].get("finalizers")
+
+
 def user_edit(shell: Shell, name: str, **spec: Any) -> None:
     """A user's change to the spec, as the API server stores it (a new generation) and the
     ScheduledJob watch hands it to the model."""
