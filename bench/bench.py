@@ -85,6 +85,7 @@ ARM_LEAD = 10.0  # seconds from the objects settling to the first measured slot,
 ARM_SETUPS = 3.0
 ARM_ATTEMPTS = 3
 MAX_SLOTS = 15  # see firing_only_at
+SLOT_PERIOD = 60.0  # the measured slots are consecutive minutes
 # At N <= SMALL_N a burst and a raw create each take a few tenths of a second, and consecutive
 # raw creates of the same 100 Jobs varied from 0.19 to 0.43 s (design note 122): one sample a
 # side is noise as large as the 10% the target allows. There, the controllers are measured over
@@ -676,6 +677,33 @@ async def raw_create(
     return RawCreate(n / seen, n / answered, cpu)
 
 
+async def raw_create_paced(
+    api: KubeApi, watcher: JobWatcher, n: int, run_id: str, slots: int
+) -> list[float]:
+    """The raw create of our Jobs as the slots come: `slots` batches of N, a slot period apart,
+    into one namespace where the earlier batches stay, as a controller's Jobs do (their pods
+    still being made by the job controller at its 20 requests a second). A raw create into an
+    empty namespace is the reference for the first slot alone; a later slot's burst meets the
+    Jobs of the ones before, and this is what a plain client meets there. Each batch is timed
+    as a burst is, from its first request to its last Job's ADDED event; a batch that is not
+    over within the period delays the next, where a controller's next slot would not wait."""
+    namespace = f"bench-paced-{n}-{uuid.uuid4().hex[:5]}"
+    await create_namespace(api, namespace)
+    label = raw_label(run_id)
+    jobs = await operator_jobs(api, scheduled("ScheduledJob", "owner", namespace, label), n * slots)
+    times: list[float] = []
+    start = time.time()
+    for index in range(slots):
+        await wait_until(start + index * SLOT_PERIOD)
+        began = time.time()
+        batch = jobs[index * n : (index + 1) * n]
+        await gather_bounded((api.create_job(job) for job in batch), CREATE_CONCURRENCY)
+        seen = await watcher.all_seen(namespace, n * (index + 1), limit=2 * SLOT_PERIOD)
+        times.append(seen - began)
+    await delete_namespaces(api, [namespace])
+    return times
+
+
 # Reporting
 
 
@@ -793,6 +821,7 @@ def markdown(results: dict[str, Any]) -> str:
         burst = entry["cronlease"]["burst_seconds"]
         cells = [n, f"{bare:.2f}", f"{own:.2f}", f"{own / bare:.2f}", _lag(burst, 2)]
         lines.append(_row([*cells, _burst_ratio(burst, own)]))
+    lines += _paced(results)
     lines += [
         "",
         f"Operator baseline RSS with no ScheduledJobs: {results['baseline_rss_mb']:.0f} MB.",
@@ -800,6 +829,29 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     lines += ["Targets:", ""] + [f"- {t}" for t in results["targets"]]
     return "\n".join(lines) + "\n"
+
+
+def _paced(results: dict[str, Any]) -> list[str]:
+    """Each slot's burst beside the raw create of our Jobs made as the slots come (--paced)."""
+    paced = {n: entry for n, entry in results["by_n"].items() if "raw_ours_paced_s" in entry}
+    if not paced:
+        return []
+    lines = [
+        "",
+        "The raw create of our Jobs as the slots come (`--paced`): a batch of N a minute apart, "
+        "into one namespace where the earlier batches stay, as a controller's Jobs do. Each "
+        "slot's burst beside the batch that met the same Jobs before it.",
+        "",
+        "| N | slot | our burst s | raw create of our Jobs as the slots come s | burst / raw |",
+        "|---|---|---|---|---|",
+    ]
+    for n, entry in paced.items():
+        bursts = entry["cronlease"].get("bursts", [])
+        for index, raw in enumerate(entry["raw_ours_paced_s"]):
+            burst = bursts[index] if index < len(bursts) else None
+            cells = [n, index + 1, _lag(burst, 2), f"{raw:.2f}", _burst_ratio(burst, raw)]
+            lines.append(_row(cells))
+    return lines
 
 
 def _small_slots(results: dict[str, Any]) -> str:
@@ -881,6 +933,15 @@ def targets(results: dict[str, Any]) -> list[str]:
                 f"{_verdict(burst is not None and burst <= OWN_LIMIT * own)} "
                 f"(each slot: {_bursts(row)}; "
                 f"{_burst_ratio(burst, own)} x)"
+            )
+        if "raw_ours_paced_s" in entry:
+            paced = statistics.fmean(entry["raw_ours_paced_s"])
+            verdicts.append(
+                f"burst <= {OWN_LIMIT} x the raw create of the same Jobs as the slots come at "
+                f"N={n}: {_lag(burst, 2)} s vs {OWN_LIMIT * paced:.2f} s, "
+                f"{_verdict(burst is not None and burst <= OWN_LIMIT * paced)} "
+                f"({_burst_ratio(burst, paced)} x; each batch: "
+                f"{', '.join(f'{each:.2f}' for each in entry['raw_ours_paced_s'])} s)"
             )
         limit = BARE_LIMITS.get(int(n))
         if limit is not None and not results.get("pinned"):
@@ -1087,6 +1148,13 @@ async def measure(
             entry["raw_client_cpu_ms_per_job"] = (
                 statistics.fmean(raw.client_cpu_s for raw in raws) / n * 1000
             )
+            if args.paced and not small and slots > 1:
+                entry["raw_ours_paced_s"] = await raw_create_paced(api, watcher, n, run_id, slots)
+                print(
+                    "  raw create of our Jobs as the slots come: "
+                    f"{', '.join(f'{each:.2f}' for each in entry['raw_ours_paced_s'])} s",
+                    flush=True,
+                )
             suspended = await raw_create(api, watcher, n, run_id, suspended=True)
             entry["raw_suspended_jobs_per_s"] = suspended.jobs_per_s
             print(
@@ -1137,6 +1205,12 @@ def main() -> None:
         type=int,
         default=4,
         help=f"measured slots per controller at N <= {SMALL_N}, where one slot is noise-sized",
+    )
+    parser.add_argument(
+        "--paced",
+        action="store_true",
+        help=f"at N > {SMALL_N}, also the raw create of our Jobs as the slots come: a batch per "
+        "slot, a minute apart, the earlier batches left in place (each slot's own reference)",
     )
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--no-plot", action="store_true")

@@ -97,6 +97,31 @@ def test_the_targets_are_issue_34s() -> None:
     ]
 
 
+def test_each_slot_is_set_beside_the_raw_batch_that_met_the_same_jobs_before_it() -> None:
+    """With --paced, the burst's mean against the paced batches' mean, and a row per slot: a
+    second slot meets the first one's Jobs, and so did the second batch."""
+    module = bench()
+    entry = {
+        "raw_jobs_per_s": 100.0,
+        "raw_ours_jobs_per_s": 80.0,  # 12.5 s for 1,000 of our Jobs into an empty namespace
+        "raw_ours_paced_s": [12.0, 40.0],
+        "cronlease": {"bursts": [13.0, 42.0], "burst_seconds": 27.5, "p99": None},
+        "cronjob": {"p99": None},
+    }
+    verdicts = module.targets({"by_n": {"1000": entry}, "pinned": True})
+    assert verdicts[:2] == [
+        "burst <= 1.1 x the raw create of the same Jobs at N=1000: 27.50 s vs 13.75 s, MISSED "
+        "(each slot: 13.00, 42.00; 2.20 x)",
+        "burst <= 1.1 x the raw create of the same Jobs as the slots come at N=1000: 27.50 s "
+        "vs 28.60 s, met (1.06 x; each batch: 12.00, 40.00 s)",
+    ]
+    assert module._paced({"by_n": {"1000": entry}})[-2:] == [
+        "| 1000 | 1 | 13.00 | 12.00 | 1.08 |",
+        "| 1000 | 2 | 42.00 | 40.00 | 1.05 |",
+    ]
+    assert module._paced({"by_n": {"1000": {"cronlease": {}}}}) == []  # not measured
+
+
 def test_a_slots_burst_ends_with_its_last_job_or_never() -> None:
     module = bench()
     first, second = (datetime(2026, 12, 4, 1, minute, tzinfo=UTC) for minute in (0, 1))
