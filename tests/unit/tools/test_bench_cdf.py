@@ -108,7 +108,12 @@ def test_each_slot_is_set_beside_the_raw_batch_that_met_the_same_jobs_before_it(
         "cronlease": {"bursts": [13.0, 42.0], "burst_seconds": 27.5, "p99": None},
         "cronjob": {"p99": None},
     }
-    verdicts = module.targets({"by_n": {"1000": entry}, "pinned": True})
+    lease = {"lost": 2, "lost_at": ["12:03:58", "12:03:59"], "renewals": "2571 renewals"}
+    verdicts = module.targets({"by_n": {"1000": entry}, "pinned": True, "lease": lease})
+    assert verdicts[2] == (
+        "the leader never lost its Lease during the bursts: 2 times lost (at 12:03:58, "
+        "12:03:59 UTC), MISSED (2571 renewals)"
+    )
     assert verdicts[:2] == [
         "burst <= 1.1 x the raw create of the same Jobs at N=1000: 27.50 s vs 13.75 s, MISSED "
         "(each slot: 13.00, 42.00; 2.20 x)",
@@ -227,3 +232,21 @@ def test_the_objects_are_created_dormant() -> None:
     29 February 2028."""
     fires = croniter(bench().DORMANT, datetime(2026, 12, 2, tzinfo=UTC))
     assert fires.get_next(datetime) == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+def test_the_lease_record_says_when_each_loss_was() -> None:
+    """So that a loss in a burst can be told from one elsewhere in the run."""
+
+    class Operator:
+        def log(self) -> str:
+            return (
+                "2026-12-07 11:31:17,217 INFO cronlease.shell.keyedloop: scheduler: leading\n"
+                "2026-12-07 12:03:58,487 INFO cronlease.shell.leadership: stopped leading "
+                "cronlease-leader (token 0): no renewal within the renew deadline (3 s)\n"
+            )
+
+        def metrics(self) -> str:
+            return ""
+
+    record = bench().lease_record(Operator())
+    assert (record["lost"], record["lost_at"]) == (1, ["12:03:58"])
