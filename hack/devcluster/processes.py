@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,3 +80,60 @@ class Started:
 def start_component(name: str, command: list[str], log_dir: Path, url: str) -> Started:
     """Spawn one control-plane component, logging to `log_dir/<name>.log`."""
     return Started(name, command, spawn(command, log_dir / f"{name}.log"), url)
+
+
+def run_tool(
+    command: list[str], env: dict[str, str], timeout: float, grace: float = 15.0
+) -> subprocess.CompletedProcess[str]:
+    """Run a tool that starts processes of its own (bench.py and chaos.py start operators) to its
+    end, its output captured, and leave nothing of it behind. It runs in a process group of its
+    own: on its timeout, or when the caller is interrupted while it waits (pytest-timeout), the
+    whole group gets SIGTERM, so its operators step down as they do when the tool stops them,
+    then SIGKILL after `grace`. Had only the tool been killed, they would outlive it and keep the
+    Lease. The output goes to files, not pipes, so a child holding them open cannot stall it."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        note = ""
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            note = f"\nrun_tool: timed out after {timeout:.0f} s; its process group was stopped\n"
+        finally:
+            _stop_group(process, grace)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            command, process.returncode, out.read(), err.read() + note
+        )
+
+
+def _stop_group(leader: subprocess.Popen[str], grace: float) -> None:
+    """SIGTERM to the leader's process group, SIGKILL to whatever of it is left after `grace`."""
+    pgid = leader.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        leader.poll()  # reaped, so a finished leader no longer counts
+        if not _group_members(pgid):
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    leader.wait()
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (zombies are done)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members

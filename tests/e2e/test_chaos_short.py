@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from chaos_pods import MUST_BE_ZERO as PODS_MUST_BE_ZERO
 from chaos_requests import MUST_BE_ZERO as REQUESTS_MUST_BE_ZERO
 from chaos_steps import MUST_BE_ZERO as STEPS_MUST_BE_ZERO
 from devcluster.cluster import cluster_dir
+from devcluster.processes import run_tool
 from devcluster.replica import REPO, OperatorProcess
 
 CHAOS = REPO / "bench" / "chaos.py"
@@ -45,7 +45,10 @@ FAULT_KINDS = {
 # Fourteen faults, each with its own wait, take about five and a half minutes; then a quiet end,
 # and up to REQUESTS_SETTLE for the RunRequests' last runs (under these faults,
 # kube-controller-manager finishes a Job a minute or more after its 1 s pod).
-@pytest.mark.timeout(780)
+CHAOS_LIMIT = 720
+
+
+@pytest.mark.timeout(CHAOS_LIMIT + 60)
 def test_short_chaos_run_audits_clean(
     k8s_cluster: Any, crd: str, operator_process: OperatorProcess, tmp_path: Path
 ) -> None:
@@ -55,7 +58,7 @@ def test_short_chaos_run_audits_clean(
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'hack'}:{REPO / 'operator'}"}
     command = [sys.executable, str(CHAOS), "--duration", "60", "--fault-every", "8"]
     command += ["--kubeconfig", str(k8s_cluster.kubeconfig), "--out", str(tmp_path)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    result = run_tool(command, env, timeout=CHAOS_LIMIT)
     output = result.stdout[-4000:] + result.stderr[-4000:]
     assert result.returncode == 0, output
     record = json.loads((tmp_path / "chaos-latest.json").read_text())
