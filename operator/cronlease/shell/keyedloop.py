@@ -8,7 +8,9 @@ retried after a per-key backoff that grows while it keeps failing; a key can be 
 (cronlease.shell.workpool), the rest wait as keys, not tasks.
 
 Two things are ours. A reconcile may leave a second stage (its status writes, say) to a smaller pool
-of writers: the key stays in processing until that stage ends too. And the loop runs only while this
+of writers: the key stays in processing until that stage ends too, unless its next wake-up comes
+while that stage still waits for a writer and its controller takes the stage into the key's next
+reconcile (see `carry`). And the loop runs only while this
 replica leads: a standby keeps no wake-up at all (its watches still keep its model warm), and a new
 leader derives them from its model, every key `keys()` lists, at once. A controller may also ask to
 prepare the keys due within `lead` seconds (the scheduler builds a burst's Job bodies and opens its
@@ -81,6 +83,8 @@ class KeyedLoop(Generic[K, F]):
         retry: backoff.Backoff = backoff.RECONCILE,
         prepare: Callable[[list[tuple[K, float]]], Coroutine[Any, Any, None]] | None = None,
         lead: float = 0.0,
+        carry: Callable[[K, F], bool] | None = None,
+        wake_of: Callable[[F], float | None] = lambda after: None,
     ) -> None:
         """`reconcile(key)` returns how it ended, or what its second stage, `follow_up`, takes.
         `keys()`: every key a new leader reconciles. `ready()`: awaited before the first
@@ -88,7 +92,9 @@ class KeyedLoop(Generic[K, F]):
         that fall due together. `held` is entered for each worker's life (see WorkPool).
         `prepare(keys)`: run `lead` seconds before keys fall due, with each key's instant; it
         may only get ready (nothing it does may act for a key: the reconcile at the instant
-        decides)."""
+        decides). `carry(key, stage)`: offered a second stage still waiting for a writer when
+        its key's next wake-up (`wake_of(stage)`, epoch seconds) comes; True if the controller
+        takes it into the key's next reconcile, which then writes it (see _supersede)."""
         self.name = name
         self.wakeups = wakeups
         self._leadership = leadership
@@ -104,6 +110,12 @@ class KeyedLoop(Generic[K, F]):
         self._processing: set[K] = set()  # being reconciled, its second stage included
         self._again: set[K] = set()  # added while processing: reconciled again once done
         self._failures: dict[K, int] = {}
+        self._carry, self._wake_of = carry, wake_of
+        # Second stages queued for a writer and not yet begun: the reconcile's ID, the stage and
+        # the key's next wake-up.
+        self._waiting: dict[K, tuple[uuid.UUID, F, float | None]] = {}
+        self._dropped: set[uuid.UUID] = set()  # carried into a newer reconcile: writers skip them
+        self._superseding: set[K] = set()  # keys whose pending stage carries an earlier one
         self._active = False  # leading, with the wake-ups derived from the model
         self._prepare, self._lead = prepare, lead
         self._prepared_until = 0.0  # the keys planned up to this instant have been prepared
@@ -114,10 +126,34 @@ class KeyedLoop(Generic[K, F]):
     def add(self, key: K) -> None:
         """Reconcile `key` as soon as a worker is free (once, however often it is added)."""
         if key in self._processing:
-            self._again.add(key)
+            if not self._supersede(key):
+                self._again.add(key)
         elif key not in self._queued:
             self._queued.add(key)
             self._workers.put(key)
+
+    def _supersede(self, key: K) -> bool:
+        """At the key's next wake-up (its next slot), its second stage still waiting for a writer:
+        if the controller carries it, the key is reconciled now and that reconcile writes the
+        stage with its own. At N=5,000 a burst's follow-ups were still queued when the next slot
+        came, and every key behind its own status write created its Job late (design note 126).
+        Before that wake-up (the echoes of the key's own creations) the key waits for its stage,
+        as any key added while it is processed. A stage that carries an earlier one is kept: a
+        key's writes are late by one of its periods at most, never starved."""
+        waiting = self._waiting.get(key)
+        if self._carry is None or waiting is None or key in self._superseding:
+            return False
+        reconcile_id, after, wake_at = waiting
+        if wake_at is None or self.wakeups.now() < wake_at or not self._carry(key, after):
+            return False
+        _pop(self._waiting, key)
+        self._dropped.add(reconcile_id)
+        self._superseding.add(key)
+        _discard(self._processing, key)
+        _discard(self._again, key)  # the new reconcile is that pass
+        self._queued.add(key)
+        self._workers.put(key)
+        return True
 
     def in_flight(self, key: K) -> bool:
         return key in self._queued or key in self._processing
@@ -199,10 +235,19 @@ class KeyedLoop(Generic[K, F]):
             if isinstance(acted, Applied):
                 self._done(key, acted)
             else:
+                if self._carry is not None:
+                    wake_at = self._wake_of(acted)
+                    self._waiting[key] = (reconcile_id, acted, wake_at)
+                    if wake_at is not None:  # the next slot is noticed while its writes wait
+                        self.wakeups.notify(key, wake_at)
                 self._writers.put((key, acted, reconcile_id))
 
     async def _follow(self, item: tuple[K, F, uuid.UUID]) -> None:
         key, after, reconcile_id = item
+        if reconcile_id in self._dropped:  # carried into a newer reconcile of its key
+            _discard(self._dropped, reconcile_id)
+            return
+        _pop(self._waiting, key)
         assert self._follow_up is not None, "a reconcile left a second stage to nobody"
         with self._about(key, reconcile_id):  # the same reconcile, in a writer's task
             self._done(key, await self._guarded(key, self._follow_up(after)))
@@ -225,11 +270,13 @@ class KeyedLoop(Generic[K, F]):
             return Applied(Outcome.RETRY, error=f"{type(error).__name__}: {error}")
         except BaseException:  # cancelled (a stop): no longer in flight
             _discard(self._processing, key)
+            _discard(self._superseding, key)
             raise
 
     def _done(self, key: K, applied: Applied) -> None:
         """The next wake-up of `key`, from how its reconcile ended."""
         _discard(self._processing, key)
+        _discard(self._superseding, key)
         again = key in self._again
         _discard(self._again, key)
         if applied.outcome is Outcome.RETRY:
@@ -265,7 +312,14 @@ class KeyedLoop(Generic[K, F]):
         await self._writers.drain()
 
 
-def _discard(keys: set[K], key: K) -> None:
+def _pop(table: dict[K, Any], key: K) -> None:
+    """Take `key` out of `table`; emptied, its table is given back as _discard's is."""
+    table.pop(key, None)
+    if not table:
+        table.clear()
+
+
+def _discard(keys: set[Any], key: Any) -> None:
     """Take `key` out of `keys`. A set never shrinks its table as it empties: one that held a
     burst's 5,000 keys kept 0.5 MB at rest, three per loop. Cleared once empty, it frees it."""
     keys.discard(key)

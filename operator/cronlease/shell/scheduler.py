@@ -88,7 +88,11 @@ class Scheduler:
             held=self.applier.creations.creating,
             prepare=self.prepare if prepare else None,
             lead=PREPARE_LEAD,
+            carry=self._carry,
+            wake_of=lambda after: after.wake_at,
         )
+        # Follow-ups still queued at their key's next slot, taken into its next reconcile.
+        self._carried: dict[Key, FollowUp] = {}
 
     async def run(self) -> None:
         await self.loop.run()
@@ -124,6 +128,7 @@ class Scheduler:
     async def _act(self, key: Key) -> Applied | FollowUp:
         """Decide on the ScheduledJob `key` and create (or release the Jobs it leaves behind, if
         gone); what is left to write, if anything."""
+        carried = self._carried.pop(key, None)
         if not self.model.scheduledjob_live(key):
             # Gone or going: no decision runs its slots again, its Jobs go with it (the garbage
             # collector; a foreground deletion waits for them), and none may wait on us.
@@ -138,18 +143,42 @@ class Scheduler:
             waiting = plan_waiting(key[1], self._requests(*key), self._clock())
             return await self.applier.apply_requests(waiting)
         # Read once a worker has the key: at a burst thousands wait as keys, holding no copy.
-        return await self.act_on(self.model.scheduledjob(key))
+        acted = await self.act_on(self.model.scheduledjob(key), carried)
+        if carried is not None and isinstance(acted, Applied):
+            # Not joined (the decision failed, or its template check ended it): the carried
+            # writes go now, as they would have (its status write refused if the object changed
+            # since, and then none of its releases), not behind this decision's retries.
+            await self.applier.follow_up(carried)
+        return acted
 
-    async def act_on(self, obj: dict[str, Any] | None) -> Applied | FollowUp:
+    def _carry(self, key: Key, after: FollowUp) -> bool:
+        """Take a follow-up still queued at its key's next slot into that slot's reconcile (the
+        keyed loop asks). Not one with RunRequest statuses: a request's next decision reads its
+        own status, which would need the same overlay as the ScheduledJob's; those wait."""
+        if after.requests:
+            return False
+        self._carried[key] = after
+        return True
+
+    async def act_on(
+        self, obj: dict[str, Any] | None, carried: FollowUp | None = None
+    ) -> Applied | FollowUp:
         """Decide on the ScheduledJob `obj` (the model's copy; a test's own) and hand the
-        decision to the applier, which acts on it; what is left to write, if anything."""
+        decision to the applier, which acts on it; what is left to write, if anything. With
+        `carried`, an earlier follow-up of it not yet written: the decision reads the status as
+        that follow-up's write leaves it, as it would had the write been made, and its own
+        follow-up writes both (Applier.joined)."""
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return Applied(Outcome.STALE)  # gone while it waited: decided again, as gone
-        sj = ScheduledJobView.from_object(obj)
+        if carried is not None and not self.applier.carries(carried, obj):
+            carried = None  # the object changed since: that write would have been refused (409)
+        seen = obj if carried is None else self.applier.as_written(carried, obj)
+        sj = ScheduledJobView.from_object(seen)
         checked = await self.applier.check(sj, obj)
         if checked is not None:
             return checked
-        return await self.applier.act(sj, obj, await self.decide(sj))
+        acted = await self.applier.act(sj, obj, await self.decide(sj))
+        return acted if carried is None else self.applier.joined(carried, acted)
 
     def _requests(self, namespace: str, name: str) -> list[RunRequestView]:
         """The RunRequests for the ScheduledJob; one being deleted (a finalizer of someone
