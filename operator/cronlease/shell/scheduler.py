@@ -16,7 +16,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -147,8 +149,10 @@ class Scheduler:
         if carried is not None and isinstance(acted, Applied):
             # Not joined (the decision failed, or its template check ended it): the carried
             # writes go now, as they would have (its status write refused if the object changed
-            # since, and then none of its releases), not behind this decision's retries.
-            await self.applier.follow_up(carried)
+            # since, and then none of its releases), not behind this decision's retries. They
+            # have had their wait for creations: this worker, which counts as one, must not
+            # wait on itself.
+            await self.applier.follow_up(replace(carried, acted_at=-math.inf))
         return acted
 
     def _carry(self, key: Key, after: FollowUp) -> bool:
