@@ -91,7 +91,10 @@ def run_tool(
     whole group gets SIGTERM, so its operators step down as they do when the tool stops them,
     then SIGKILL after `grace`. Had only the tool been killed, they would outlive it and keep the
     Lease. The output goes to files, not pipes, so a child holding them open cannot stall it."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with (
+        tempfile.TemporaryFile("w+", errors="replace") as out,
+        tempfile.TemporaryFile("w+", errors="replace") as err,
+    ):
         process = subprocess.Popen(
             command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
             start_new_session=True,
@@ -119,7 +122,8 @@ def _stop_group(leader: subprocess.Popen[str], grace: float) -> None:
     while time.monotonic() < deadline:
         leader.poll()  # reaped, so a finished leader no longer counts
         if not _group_members(pgid):
-            break
+            leader.wait()
+            return  # nothing left: no SIGKILL to a group id the kernel may since have reused
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)

@@ -139,12 +139,18 @@ class KeyedLoop(Generic[K, F]):
         came, and every key behind its own status write created its Job late (design note 126).
         Before that wake-up (the echoes of the key's own creations) the key waits for its stage,
         as any key added while it is processed. A stage that carries an earlier one is kept: a
-        key's writes are late by one of its periods at most, never starved."""
+        key's writes are carried once in a row at most, so they never wait longer than they
+        would without carrying, and are never starved."""
         waiting = self._waiting.get(key)
         if self._carry is None or waiting is None or key in self._superseding:
             return False
         reconcile_id, after, wake_at = waiting
-        if wake_at is None or self.wakeups.now() < wake_at or not self._carry(key, after):
+        if wake_at is not None and self.wakeups.now() < wake_at:
+            # Woken early (one of its Jobs changed): that plan replaced the one at its slot,
+            # which is planned again, or the key would wait behind its writes after all.
+            self.wakeups.notify(key, wake_at)
+            return False
+        if wake_at is None or not self._carry(key, after):
             return False
         _pop(self._waiting, key)
         self._dropped.add(reconcile_id)

@@ -152,7 +152,9 @@ class Scheduler:
             # since, and then none of its releases), not behind this decision's retries. They
             # have had their wait for creations: this worker, which counts as one, must not
             # wait on itself.
-            await self.applier.follow_up(replace(carried, acted_at=-math.inf))
+            written = await self.applier.follow_up(replace(carried, acted_at=-math.inf))
+            if written.outcome is not Outcome.DONE:  # the next decisions record it again
+                log.info("%r: carried writes not made: %s", key, written.outcome.value)
         return acted
 
     def _carry(self, key: Key, after: FollowUp) -> bool:

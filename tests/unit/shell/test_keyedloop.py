@@ -117,6 +117,21 @@ async def test_a_key_whose_next_slot_comes_while_its_stage_waits_is_reconciled_t
     assert not stages.loop._processing
 
 
+async def test_a_key_woken_early_while_its_stage_waits_is_still_woken_at_its_slot() -> None:
+    """One of its Jobs changes before its slot (the echo of its own creation, the job
+    controller's update): the wake-up queue keeps the earlier plan, so the slot's is planned
+    again, and the key is reconciled at its slot all the same."""
+    stages = Stages({"a#1": 0.2})
+    await stages.waiting()
+    stages.wakeups.notify("a")  # now: it replaces the plan at the slot
+    await eventually(lambda: "a" in stages.loop._again)
+    assert stages.reconciles.count("a") == 1
+    await eventually(lambda: stages.reconciles.count("a") == 2)
+    assert stages.carried == ["a#1"]
+    await stages.end(2)
+    assert stages.stages == ["busy#1", "a#2"]
+
+
 async def test_a_stage_that_carries_another_is_kept_so_no_key_starves_of_its_writes() -> None:
     stages = Stages({"a#1": 0.0, "a#2": 0.0})
     await stages.waiting()
