@@ -164,7 +164,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
     """`patch` applied to `target` as a JSON merge patch (RFC 7386) is: null removes a field,
     an object merges into an object, anything else replaces. Written here (ten lines) rather
     than taken from a package: the status writes are merge patches the API server applies, and
-    only a carried one's result is needed before it is sent."""
+    only a carried one's result is needed before it is sent. The fake API server of the unit
+    tests merges with a copy of its own on purpose: it models the server apart from the
+    operator, so a mistake here cannot pass on both sides of a test."""
     if not isinstance(patch, dict):
         return patch
     result = dict(target) if isinstance(target, dict) else {}
