@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,20 +45,9 @@ def is_running(pid: int, binary: str) -> bool:
 
 
 def stop(pid: int, binary: str, timeout: float = 15.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after `timeout`."""
-    if not is_running(pid, binary):
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not is_running(pid, binary):
-                _reap(pid)
-                return
-            time.sleep(0.05)
+    """SIGTERM the process group, then SIGKILL whatever of it is left after `timeout`."""
+    if is_running(pid, binary):
+        _stop_group(pid, timeout, reap=lambda: _reap(pid))
 
 
 def _reap(pid: int) -> None:
@@ -105,7 +94,8 @@ def run_tool(
         except subprocess.TimeoutExpired:
             note = f"\nrun_tool: timed out after {timeout:.0f} s; its process group was stopped\n"
         finally:
-            _stop_group(process, grace)
+            _stop_group(process.pid, grace, reap=process.poll)
+            process.wait()
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(
@@ -113,21 +103,21 @@ def run_tool(
         )
 
 
-def _stop_group(leader: subprocess.Popen[str], grace: float) -> None:
-    """SIGTERM to the leader's process group, SIGKILL to whatever of it is left after `grace`."""
-    pgid = leader.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        leader.poll()  # reaped, so a finished leader no longer counts
-        if not _group_members(pgid):
-            leader.wait()
-            return  # nothing left: no SIGKILL to a group id the kernel may since have reused
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    leader.wait()
+def _stop_group(pgid: int, grace: float, reap: Callable[[], object]) -> None:
+    """SIGTERM to process group `pgid`, SIGKILL to whatever of it is left after `grace`; each
+    time, wait until the whole group is gone (not the leader only: a child would outlive it).
+    `reap` collects the leader if it is ours, so that a finished leader no longer counts."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return  # nothing left: no signal to a group id the kernel may since have reused
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            reap()
+            if not _group_members(pgid):
+                return
+            time.sleep(0.05)
 
 
 def _group_members(pgid: int) -> list[int]:
