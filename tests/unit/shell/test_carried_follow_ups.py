@@ -113,13 +113,17 @@ async def test_a_carried_follow_up_is_kept_for_the_retry_of_a_decision_that_fail
 
 
 async def test_a_carried_follow_up_is_not_written_over_a_newer_object() -> None:
-    """The ScheduledJob changed after the carried follow-up was decided: its write would have
-    been refused (409), so the next decision is made on what is persisted, as after one."""
+    """The ScheduledJob's status changed after the carried follow-up was decided (someone wrote
+    processedUntil past the next slot): the carried write would have been refused (409), so the
+    next decision is made on what is persisted, as after one. Decided on the carried status, it
+    would have moved processedUntil back and run the next slot."""
     shell = Shell(now=SLOT + timedelta(seconds=0.25))
     shell.create("report")
     acted = await shell.scheduler.act_on(shell.model.scheduledjob(KEY))
     assert isinstance(acted, FollowUp)
-    shell.server.edit(*SCHEDULEDJOBS, NAMESPACE, "report", {"spec": {"suspend": True}})
+    written = shell.applier.as_written(acted, shell.server.get(*SCHEDULEDJOBS, NAMESPACE, "report"))
+    past_next = {"status": {**written["status"], "processedUntil": "2026-01-05T08:32:00Z"}}
+    shell.server.edit(*SCHEDULEDJOBS, NAMESPACE, "report", past_next)
     edited = shell.server.get(*SCHEDULEDJOBS, NAMESPACE, "report")
     assert edited is not None
     shell.model.upsert_scheduledjob(edited)
@@ -130,7 +134,9 @@ async def test_a_carried_follow_up_is_not_written_over_a_newer_object() -> None:
         Outcome.DONE,
         Outcome.STALE,
     )
-    assert shell.status("report")["lastScheduleTime"] == "2026-01-05T08:31:00Z"
+    assert shell.status("report")["processedUntil"] == "2026-01-05T08:32:00Z"
+    scheduled = [job["metadata"]["annotations"][ANNOTATION_SCHEDULED_AT] for job in shell.jobs()]
+    assert scheduled == ["2026-01-05T08:31:00Z"], "the next slot was run"
 
 
 def released_unrecorded(shell: Shell) -> list[str]:
