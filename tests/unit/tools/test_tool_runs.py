@@ -5,13 +5,13 @@ and the chaos and fence tests after it failed)."""
 
 from __future__ import annotations
 
+import _thread
 import os
-import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
@@ -44,24 +44,16 @@ def _gone(pid_file: Path, timeout: float = 10) -> bool:
     return False
 
 
-class Interrupted(Exception):
-    pass
-
-
 @pytest.fixture
-def alarm() -> Iterator[None]:
-    """An exception raised in the caller 3 s on, while it waits: what pytest-timeout does."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.alarm(3)
+def interrupt() -> Iterator[None]:
+    """KeyboardInterrupt raised in the caller 3 s on, while it waits, as pytest-timeout or a
+    Ctrl-C would. From a timer thread, so pytest-timeout's own SIGALRM stays in place."""
+    timer = threading.Timer(3, _thread.interrupt_main)
+    timer.start()
     try:
         yield
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+        timer.cancel()
 
 
 def test_a_tool_that_times_out_leaves_no_child_behind(tmp_path: Path) -> None:
@@ -73,10 +65,10 @@ def test_a_tool_that_times_out_leaves_no_child_behind(tmp_path: Path) -> None:
 
 
 def test_a_tool_interrupted_while_its_caller_waits_leaves_no_child_behind(
-    tmp_path: Path, alarm: None
+    tmp_path: Path, interrupt: None
 ) -> None:
     pid_file = tmp_path / "child"
-    with pytest.raises(Interrupted):
+    with pytest.raises(KeyboardInterrupt):
         run_tool(_tool(pid_file, "time.sleep(120)"), dict(os.environ), timeout=60, grace=2)
     assert _gone(pid_file), "the tool's child outlived it"
 
