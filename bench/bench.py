@@ -100,6 +100,13 @@ SMALL_N = 100
 RAW_ROUNDS_SMALL = 3
 
 
+def rank(ordered: list[float], q: float) -> float | None:
+    """The value at quantile `q` of `ordered` (sorted), by the nearest rank; None if empty."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
 @dataclass
 class Phase:
     controller: str
@@ -134,11 +141,8 @@ class Phase:
         """Over every Job due, a missing one counting as infinitely late: None when the
         percentile falls among those. Over the arrivals alone, a controller that creates
         half its Jobs within the window would look as good as one that creates them all."""
-        ordered = sorted(self.lags) + [math.inf] * self.missing
-        if not ordered:
-            return None
-        value = ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-        return None if math.isinf(value) else value
+        value = rank(sorted(self.lags) + [math.inf] * self.missing, q)
+        return None if value is None or math.isinf(value) else value
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -579,8 +583,7 @@ def behind_split(lags: dict[str, float], behind: set[str]) -> dict[str, Any]:
 
     def summary(values: list[float]) -> dict[str, Any]:
         ordered = sorted(values)
-        middle = ordered[len(ordered) // 2] if ordered else None
-        return {"jobs": len(ordered), "p50": middle, "max": ordered[-1] if ordered else None}
+        return {"jobs": len(ordered), "p50": rank(ordered, 0.5), "max": rank(ordered, 1.0)}
 
     return {
         "behind": summary([lag for name, lag in lags.items() if name in behind]),
