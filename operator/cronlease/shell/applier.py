@@ -349,11 +349,13 @@ class Applier:
             acted_at=acted.acted_at,  # it waits for this burst's creations, as the new writes do
         )
 
-    async def follow_up(self, after: FollowUp) -> Applied:
+    async def follow_up(self, after: FollowUp, *, behind_creations: bool = True) -> Applied:
         """The second half of apply(): once the creations have drained (or for the patience at
-        most, from `after.acted_at`), the status, then what it records."""
+        most, from `after.acted_at`), the status, then what it records. Without
+        `behind_creations`, at once: a carried follow-up written by the worker that carried it
+        has had its wait, and that worker, counted as a creation, must not wait on itself."""
         try:
-            if after.status is not None or after.requests or after.cleanups:
+            if behind_creations and (after.status is not None or after.requests or after.cleanups):
                 await self.creations.wait_turn(since=after.acted_at)
             if after.status is not None:
                 await self._write_status(after.status)

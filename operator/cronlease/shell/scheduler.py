@@ -16,9 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -149,10 +147,8 @@ class Scheduler:
         if carried is not None and isinstance(acted, Applied):
             # Not joined (the decision failed, or its template check ended it): the carried
             # writes go now, as they would have (its status write refused if the object changed
-            # since, and then none of its releases), not behind this decision's retries. They
-            # have had their wait for creations: this worker, which counts as one, must not
-            # wait on itself.
-            written = await self.applier.follow_up(replace(carried, acted_at=-math.inf))
+            # since, and then none of its releases), not behind this decision's retries.
+            written = await self.applier.follow_up(carried, behind_creations=False)
             if written.outcome is not Outcome.DONE:  # the next decisions record it again
                 log.info("%r: carried writes not made: %s", key, written.outcome.value)
         return acted

@@ -332,6 +332,23 @@ async def test_history_cleanup_waits_behind_creations_and_a_replaced_run_does_no
     assert JOB not in [job["metadata"]["name"] for job in shell.jobs()]
 
 
+async def test_a_follow_up_not_behind_creations_is_written_while_they_are_under_way() -> None:
+    """A carried follow-up is written by the worker that carried it, which counts as a creation
+    for its whole life: told not to wait behind creations, it does not wait on that worker."""
+    shell = Shell()
+    shell.create("report")
+    with shell.applier.creations.creating():  # the carrying worker
+        acted = await shell.scheduler.act_on(shell.model.scheduledjob((NAMESPACE, "report")))
+        assert isinstance(acted, FollowUp)
+        assert acted.status is not None
+        # Bounded only so that a wait behind creations fails here rather than at the patience.
+        written = await asyncio.wait_for(
+            shell.applier.follow_up(acted, behind_creations=False), timeout=5
+        )
+        assert written.outcome is Outcome.DONE
+        assert "lastScheduleTime" in shell.status("report")
+
+
 @pytest.mark.parametrize(("failing", "progress"), [(1, False), (2, True)])
 async def test_a_catch_up_that_created_some_of_its_runs_made_progress(
     failing: int, progress: bool
