@@ -145,12 +145,14 @@ class KeyedLoop(Generic[K, F]):
         if self._carry is None or waiting is None or key in self._superseding:
             return False
         reconcile_id, after, wake_at = waiting
-        if wake_at is not None and self.wakeups.now() < wake_at:
+        if wake_at is None:  # no next slot: nothing it would wait at
+            return False
+        if self.wakeups.now() < wake_at:
             # Woken early (one of its Jobs changed): that plan replaced the one at its slot,
             # which is planned again, or the key would wait behind its writes after all.
             self.wakeups.notify(key, wake_at)
             return False
-        if wake_at is None or not self._carry(key, after):
+        if not self._carry(key, after):
             return False
         _pop(self._waiting, key)
         self._dropped.add(reconcile_id)
