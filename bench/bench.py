@@ -559,16 +559,19 @@ def arrivals_at(found: list[tuple[datetime, float, float]], slot: datetime) -> l
     return [arrived for at, arrived, _ in found if at == slot]
 
 
-async def unrecorded_before(api: KubeApi, path: str, before: datetime, slot: datetime) -> set[str]:
+async def unrecorded_before(
+    api: KubeApi, path: str, before: datetime, slot: datetime
+) -> set[str] | None:
     """The ScheduledJobs whose status had not recorded the slot `before` BEHIND_LEAD seconds
     ahead of `slot`: their follow-up writes (status, then releases) were still queued. One list
-    from the API server's cache, a moment before the burst rather than in it."""
+    from the API server's cache, a moment before the burst rather than in it. None if the list
+    failed: not read is not none behind."""
     await asyncio.sleep(max(0.0, slot.timestamp() - BEHIND_LEAD - time.time()))
     try:
         items = (await api.request("GET", path, query=[("resourceVersion", "0")]))["items"]
     except Exception as error:  # a diagnostic: its failure must not end the phase
         print(f"  could not read which ScheduledJobs were behind: {error}", flush=True)
-        items = []
+        return None
     behind = set()
     for item in items:
         recorded = parse_time((item.get("status") or {}).get("lastScheduleTime"))
@@ -577,9 +580,12 @@ async def unrecorded_before(api: KubeApi, path: str, before: datetime, slot: dat
     return behind
 
 
-def behind_split(lags: dict[str, float], behind: set[str]) -> dict[str, Any]:
+def behind_split(lags: dict[str, float], behind: set[str] | None) -> dict[str, Any]:
     """A slot's lags split by whether their ScheduledJob was `behind` (see unrecorded_before):
-    how many of each, and the median and largest lag of each (None where there are none)."""
+    how many of each, and the median and largest lag of each (None where there are none). Not
+    split (both None) if which were behind was not read."""
+    if behind is None:
+        return {"behind": None, "recorded": None}
 
     def summary(values: list[float]) -> dict[str, Any]:
         ordered = sorted(values)
@@ -597,6 +603,8 @@ def _behind(split: dict[str, Any]) -> str:
             return "0 Jobs"
         return f"{group['jobs']} Jobs (p50 {group['p50']:.2f} s, max {group['max']:.2f} s)"
 
+    if split["behind"] is None:
+        return "which ScheduledJobs had not recorded the slot before: not read"
     return (
         f"of ScheduledJobs that had not recorded the slot before {BEHIND_LEAD:.0f} s ahead of "
         f"it, {jobs(split['behind'])}; of the others, {jobs(split['recorded'])}"

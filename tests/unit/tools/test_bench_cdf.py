@@ -272,3 +272,24 @@ def test_a_slot_is_split_by_whether_its_scheduledjobs_had_recorded_the_slot_befo
     assert "not recorded the slot before 2 s ahead of it, 0 Jobs;" in module._behind(
         module.behind_split(lags, set())
     )
+    unread = module.behind_split(lags, None)  # the list failed: not a measured zero
+    assert unread == {"behind": None, "recorded": None}
+    assert module._behind(unread).endswith("not read")
+
+
+async def test_which_scheduledjobs_were_behind_is_none_when_the_list_fails() -> None:
+    """A failed list is reported as not read, never as no ScheduledJob behind."""
+
+    class Failing:
+        async def request(self, *args: object, **kwargs: object) -> dict[str, object]:
+            raise ConnectionResetError("gone")
+
+    class Listing:
+        async def request(self, *args: object, **kwargs: object) -> dict[str, object]:
+            return {"items": [{"metadata": {"name": "late"}, "status": {}}]}
+
+    module = bench()
+    before = datetime(2026, 1, 1, tzinfo=UTC)  # both long past: no wait for the lead
+    slot = before + timedelta(minutes=1)
+    assert await module.unrecorded_before(Failing(), "/x", before, slot) is None
+    assert await module.unrecorded_before(Listing(), "/x", before, slot) == {"late"}
