@@ -59,6 +59,7 @@ from devcluster.cluster import kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.replica import PRODUCTION_ELECTION, REPO, OperatorProcess
 from operator_jobs import operator_jobs
+from percentiles import percentile
 
 CRONJOB_SLOT = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 RUN_LABEL = "bench.cronlease.io/run"
@@ -100,13 +101,6 @@ SMALL_N = 100
 RAW_ROUNDS_SMALL = 3
 
 
-def rank(ordered: list[float], q: float) -> float | None:
-    """The value at quantile `q` of `ordered` (sorted), by the nearest rank; None if empty."""
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 @dataclass
 class Phase:
     controller: str
@@ -141,8 +135,9 @@ class Phase:
         """Over every Job due, a missing one counting as infinitely late: None when the
         percentile falls among those. Over the arrivals alone, a controller that creates
         half its Jobs within the window would look as good as one that creates them all."""
-        value = rank(sorted(self.lags) + [math.inf] * self.missing, q)
-        return None if value is None or math.isinf(value) else value
+        due = self.lags + [math.inf] * self.missing
+        value = percentile(due, q) if due else math.inf
+        return None if math.isinf(value) else value
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -588,8 +583,9 @@ def behind_split(lags: dict[str, float], behind: set[str] | None) -> dict[str, A
         return {"behind": None, "recorded": None}
 
     def summary(values: list[float]) -> dict[str, Any]:
-        ordered = sorted(values)
-        return {"jobs": len(ordered), "p50": rank(ordered, 0.5), "max": rank(ordered, 1.0)}
+        if not values:
+            return {"jobs": 0, "p50": None, "max": None}
+        return {"jobs": len(values), "p50": percentile(values, 0.5), "max": max(values)}
 
     return {
         "behind": summary([lag for name, lag in lags.items() if name in behind]),

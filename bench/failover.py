@@ -50,6 +50,7 @@ from devcluster.replica import (
     REPO,
     OperatorProcess,
 )
+from percentiles import percentile
 
 SCHEDULE = "* * * * * *"  # every second
 DEADLINE = 60  # far longer than any takeover: a late slot is caught up, never lost
@@ -168,11 +169,6 @@ async def takeover(replicas: list[OperatorProcess], lease: LeaseSightings, sig: 
     await asyncio.to_thread(old.stop, signal.SIGKILL)
     await asyncio.to_thread(old.start)
     return took
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1)]
 
 
 async def settled(api: KubeApi, namespace: str, until: float) -> list[dict[str, Any]]:

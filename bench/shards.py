@@ -27,7 +27,8 @@ from decide import SLOT, scheduledjob
 from bench_results import save_results
 from cronlease.core.bodies.jobtemplate import build_job
 from cronlease.core.decide.reconcile import decide
-from shard_model import Leader, Slot, largest_burst, percentile, simulate
+from percentiles import percentile
+from shard_model import Leader, Slot, largest_burst, simulate
 
 RESULTS = Path(__file__).with_name("results")
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from percentiles import percentile
 
 
 def shard_of(namespace: str, shards: int) -> int:
@@ -74,13 +75,6 @@ def simulate(slots: Sequence[Slot], shards: int, leader: Leader, rate: float) ->
         following = queues[shard][sent_so_far]
         heapq.heappush(ready, (start + following.decide_seconds + leader.overhead, shard))
     return lags
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile: the smallest value at least `fraction` of them are at or
-    below."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
 def largest_burst(

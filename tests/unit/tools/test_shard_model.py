@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shard_model import Leader, Slot, largest_burst, percentile, shard_of, simulate
+from shard_model import Leader, Slot, largest_burst, shard_of, simulate
 
 
 def burst(n: int, per_namespace: int = 1, decide: float = 0.0) -> list[Slot]:
@@ -48,4 +48,3 @@ def test_the_largest_burst_within_a_second() -> None:
     # rank / 128 s, so 129 fits (rank 128) and 130 does not (rank 129).
     found = largest_burst(burst, 1, Leader(overhead=0.0), rate=128.0)
     assert found == 129
-    assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
