@@ -59,7 +59,7 @@ from devcluster.cluster import kwok_pod_template
 from devcluster.install import install_chart, service_account_kubeconfig
 from devcluster.replica import PRODUCTION_ELECTION, REPO, OperatorProcess
 from operator_jobs import operator_jobs
-from percentiles import percentile
+from percentiles import nearest_rank
 
 CRONJOB_SLOT = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 RUN_LABEL = "bench.cronlease.io/run"
@@ -136,7 +136,7 @@ class Phase:
         percentile falls among those. Over the arrivals alone, a controller that creates
         half its Jobs within the window would look as good as one that creates them all."""
         due = self.lags + [math.inf] * self.missing
-        value = percentile(due, q) if due else math.inf
+        value = nearest_rank(due, q) if due else math.inf
         return None if math.isinf(value) else value
 
     def summary(self) -> dict[str, Any]:
@@ -585,7 +585,7 @@ def behind_split(lags: dict[str, float], behind: set[str] | None) -> dict[str, A
     def summary(values: list[float]) -> dict[str, Any]:
         if not values:
             return {"jobs": 0, "p50": None, "max": None}
-        return {"jobs": len(values), "p50": percentile(values, 0.5), "max": max(values)}
+        return {"jobs": len(values), "p50": nearest_rank(values, 0.5), "max": max(values)}
 
     return {
         "behind": summary([lag for name, lag in lags.items() if name in behind]),

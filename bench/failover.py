@@ -50,7 +50,7 @@ from devcluster.replica import (
     REPO,
     OperatorProcess,
 )
-from percentiles import percentile
+from percentiles import nearest_rank
 
 SCHEDULE = "* * * * * *"  # every second
 DEADLINE = 60  # far longer than any takeover: a late slot is caught up, never lost
@@ -301,7 +301,7 @@ def report(record: dict[str, Any], args: argparse.Namespace) -> str:
         times = [r["seconds"] for r in entries]
         if not times:
             continue
-        median, p99 = statistics.median(times), percentile(times, 0.99)
+        median, p99 = statistics.median(times), nearest_rank(times, 0.99)
         late = sum(r["late_slots"] for r in entries)
         worst = max(r["worst_late_s"] for r in entries)
         pauses = "; ".join(
@@ -329,7 +329,7 @@ def report(record: dict[str, Any], args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|---|---|",
         f"| {record['expected']} | {record['created']} | {record['lost']} | "
         f"{record['duplicated']} | {record['skipped']} | {late_all} | "
-        f"{statistics.median(lateness):.2f} | {percentile(lateness, 0.99):.2f} | "
+        f"{statistics.median(lateness):.2f} | {nearest_rank(lateness, 0.99):.2f} | "
         f"{max(lateness):.2f} |",
         "",
         "Targets:",

@@ -27,7 +27,7 @@ from decide import SLOT, scheduledjob
 from bench_results import save_results
 from cronlease.core.bodies.jobtemplate import build_job
 from cronlease.core.decide.reconcile import decide
-from percentiles import percentile
+from percentiles import nearest_rank
 from shard_model import Leader, Slot, largest_burst, simulate
 
 RESULTS = Path(__file__).with_name("results")
@@ -91,14 +91,14 @@ def main() -> None:
             rate = per_core * cores
             found = {s: largest_burst(burst, s, leader, rate) for s in args.shards}
             p99_10k = {
-                s: percentile(simulate(burst(10_000), s, leader, rate), 0.99) for s in args.shards
+                s: nearest_rank(simulate(burst(10_000), s, leader, rate), 0.99) for s in args.shards
             }
             rows.append(
                 {"cores": cores, "api": label, "rate": rate, "largest": found, "p99_10k": p99_10k}
             )
     record = {
         "job_cost_ms": args.job_cost_ms,
-        "decide_ms": {"mean": mean_decide * 1000, "p99": percentile(times, 0.99) * 1000},
+        "decide_ms": {"mean": mean_decide * 1000, "p99": nearest_rank(times, 0.99) * 1000},
         "overhead_ms": leader.overhead * 1000,
         "in_flight": leader.in_flight,
         "rate_per_core": args.rate_per_core,
@@ -111,7 +111,7 @@ def main() -> None:
         "",
         "`python bench/shards.py` (hack/shard_model.py; docs/scaling.md reads it). Each leader "
         f"on its own core: the pure core's time per slot, measured here (mean "
-        f"{mean_decide * 1e6:.0f} µs, p99 {percentile(times, 0.99) * 1e6:.0f} µs), plus "
+        f"{mean_decide * 1e6:.0f} µs, p99 {nearest_rank(times, 0.99) * 1e6:.0f} µs), plus "
         f"{leader.overhead * 1000:.2f} ms, the rest of the {args.job_cost_ms} ms of CPU per "
         f"created Job measured in the bench's burst with a core of its own (`--pin`); "
         f"{leader.in_flight} creates in flight. The "

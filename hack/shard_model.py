@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from percentiles import percentile
+from percentiles import nearest_rank
 
 
 def shard_of(namespace: str, shards: int) -> int:
@@ -89,7 +89,7 @@ def largest_burst(
     N); `ceiling` if even that does."""
 
     def fits(n: int) -> bool:
-        return percentile(simulate(make_slots(n), shards, leader, rate), 0.99) <= p99_limit
+        return nearest_rank(simulate(make_slots(n), shards, leader, rate), 0.99) <= p99_limit
 
     low, high = 1, 2
     while high < ceiling and fits(high):

@@ -39,6 +39,13 @@ def test_a_controller_that_missed_half_its_jobs_reaches_only_half() -> None:
     assert module.cdf(whole) == ([0.1, 0.2, 0.3, 0.4], 4)
 
 
+def test_a_percentile_among_the_missing_jobs_is_missed_not_the_largest_measured() -> None:
+    module = bench()
+    half = module.Phase("cronjob", 4, lags=[2.0, 1.0], missing=2)
+    assert (half.percentile(0.5), half.percentile(0.9)) == (2.0, None)
+    assert module.Phase("cronjob", 0).percentile(0.5) is None  # nothing due, nothing measured
+
+
 def test_the_targets_are_issue_34s() -> None:
     """1.1x the raw create of the same Jobs at every N; unpinned, 1.3x the raw create of bare
     Jobs at 1,000 and 5,000; p99 against CronJob's; RSS at rest after the bursts at 5,000
